@@ -1,0 +1,48 @@
+"""rpc-harness: real multi-process torch.distributed.rpc worlds for tests.
+
+The public API. Nothing here imports torch or pytest at import time: ranks
+import torch in the forkserver, and ``pytest --help`` stays fast.
+"""
+
+from ._launcher import launch, preload, raise_for_failures, run_world
+from .context import RankContext, current_context, failpoint
+from .errors import (
+    FaultPlanError,
+    GradientMismatch,
+    HarnessError,
+    InjectedFault,
+    ReplayError,
+    WorldFailed,
+    WorldSpecError,
+    WorldTimeout,
+)
+from .faults import Fault, FaultPlan
+from .result import RankOutcome, WorldResult
+from .seeds import derive_seed
+from .spec import DEFAULT_DEADLINE, WorldSpec, make_spec
+
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "Fault",
+    "FaultPlan",
+    "FaultPlanError",
+    "GradientMismatch",
+    "HarnessError",
+    "InjectedFault",
+    "RankContext",
+    "RankOutcome",
+    "ReplayError",
+    "WorldFailed",
+    "WorldResult",
+    "WorldSpec",
+    "WorldSpecError",
+    "WorldTimeout",
+    "current_context",
+    "derive_seed",
+    "failpoint",
+    "launch",
+    "make_spec",
+    "preload",
+    "raise_for_failures",
+    "run_world",
+]

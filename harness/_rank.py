@@ -1,0 +1,227 @@
+"""The life of one rank, inside its own process (stdlib + torch, no pytest).
+
+The supervisor forks this from a forkserver that has torch imported already.
+A rank captures its own output, arms a stack dump on SIGUSR1, dies with its
+parent, joins the RPC world, runs the entry, reports, and shuts down when the
+supervisor says how (gracefully only when no peer has died: a graceful
+shutdown waits for every peer, and a dead one never answers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from multiprocessing import parent_process
+from multiprocessing.connection import Connection, wait
+
+import torch  # noqa: F401  (preloaded in the forkserver: this is the point)
+import torch.distributed.autograd  # noqa: F401
+import torch.distributed.rpc as rpc
+
+from . import context
+from .context import EventLog, RankContext
+from .faults import FaultPlan
+from .seeds import derive_seed, seed_everything
+from .spec import EntryRef
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Boot:
+    """What a rank needs to know, sent from the supervisor."""
+
+    rank: int
+    names: tuple[str, ...]
+    seed: int
+    workdir: str
+    entry: EntryRef
+    payload: bytes
+    faults: FaultPlan
+    fuzz: float
+    rpc_timeout: float
+    sys_path: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+def rank_file(workdir: str, rank: int, what: str) -> str:
+    """Where rank files live: log, events, stacks."""
+    return os.path.join(workdir, f"rank{rank}.{what}")
+
+
+def main(conn: Connection, boot: Boot) -> None:
+    """Process target: run one rank and exit through ``os._exit``, never returning
+    into multiprocessing's clean-up (which can wait on torch's threads)."""
+    _die_with_parent()
+    _capture_output(rank_file(boot.workdir, boot.rank, "log"))
+    stacks = open(rank_file(boot.workdir, boot.rank, "stacks"), "w")  # noqa: SIM115 (kept open for the handler)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
+    events = EventLog(rank_file(boot.workdir, boot.rank, "events"), boot.rank)
+    events.write("start", pid=os.getpid())
+    code = 1
+    try:
+        code = _run(conn, boot, events)
+    except BaseException:  # a report that cannot be sent: the supervisor sees the exit code
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
+    os.environ.update(boot.env)
+    # TensorPipe and Gloo bind to whatever the host name resolves to unless told;
+    # RPC runs pickled code from any peer, so only loopback is acceptable.
+    os.environ["TP_SOCKET_IFNAME"] = "lo"
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    sys.path[:] = list(boot.sys_path)
+    ctx = RankContext(
+        rank=boot.rank,
+        names=boot.names,
+        world_seed=boot.seed,
+        workdir=boot.workdir,
+        faults=boot.faults,
+        fuzz=boot.fuzz,
+        events=events,
+    )
+    context._current = ctx
+    seed_everything(ctx.seed)
+
+    phase = "starting"
+    try:
+        entry = boot.entry.load(where=f"rank {boot.rank}")
+        args, kwargs = pickle.loads(boot.payload)
+        _init_rpc(boot, ctx)
+        events.write("init_rpc")
+        conn.send(("ready",))
+        phase = "entry"
+        events.write("entry_start")
+        value = entry(ctx, *args, **kwargs)
+        events.write("entry_done")
+    except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
+        events.write("raised", error=_one_line(error), phase=phase)
+        conn.send(_failure_message(error, phase))
+        _shutdown_quietly()
+        return 1
+    try:
+        conn.send(("done", value))
+    except Exception as error:  # an unpicklable return value
+        conn.send(("raised", "result", f"TypeError: the entry's return value cannot be sent back: {error}", "", None))
+        _shutdown_quietly()
+        return 1
+    return _shutdown_when_told(conn, events)
+
+
+def _init_rpc(boot: Boot, ctx: RankContext) -> None:
+    init_method = "file://" + os.path.join(boot.workdir, "store")
+    mine = boot.faults.for_target(ctx.name)
+    to_fail = sorted({f.point for f in mine if f.kind == "msgfail"})
+    to_delay = {f.point: f.seconds for f in mine if f.kind == "msgdelay"}
+    if boot.fuzz:
+        # Schedule fuzzing also slows this rank's sends of each user message
+        # type by a seeded amount: the same seed, the same delays.
+        for kind in ("PYTHON_CALL", "PYTHON_REMOTE_CALL", "SCRIPT_CALL", "SCRIPT_REMOTE_CALL"):
+            rng_seed = derive_seed(boot.seed, "fuzz-msg", boot.rank, kind)
+            to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * boot.fuzz)
+    if to_fail or to_delay:
+        import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
+
+        options = faulty.FaultyTensorPipeRpcBackendOptions(
+            num_worker_threads=8,
+            rpc_timeout=boot.rpc_timeout,
+            init_method=init_method,
+            messages_to_fail=to_fail,
+            messages_to_delay=to_delay,
+            num_fail_sends=max([int(f.arg) for f in mine if f.kind == "msgfail"] or [0]),
+        )
+        rpc.init_rpc(
+            ctx.name,
+            backend=rpc.backend_registry.BackendType.FAULTY_TENSORPIPE,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            rpc_backend_options=options,
+        )
+        return
+    options = rpc.TensorPipeRpcBackendOptions(
+        init_method=init_method, rpc_timeout=boot.rpc_timeout, num_worker_threads=16
+    )
+    rpc.init_rpc(ctx.name, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
+
+
+def _shutdown_when_told(conn: Connection, events: EventLog) -> int:
+    message = conn.recv()  # ("shutdown", graceful)
+    graceful = bool(message[1])
+    events.write("shutdown_start", graceful=graceful)
+    try:
+        rpc.shutdown(graceful=graceful)
+    except BaseException as error:  # noqa: BLE001
+        events.write("raised", error=_one_line(error), phase="shutdown")
+        conn.send(_failure_message(error, "shutdown"))
+        return 1
+    events.write("shutdown_done")
+    conn.send(("shut",))
+    return 0
+
+
+def _failure_message(error: BaseException, phase: str) -> tuple:
+    text = "".join(traceback.format_exception(error))
+    kind = type(error)
+    if kind.__name__ == "Skipped" and kind.__module__.startswith("_pytest"):
+        return ("skipped", phase, str(getattr(error, "msg", error)), text, None)
+    try:
+        pickled = pickle.dumps(error)
+    except Exception:  # many exceptions do not pickle; the text is what matters
+        pickled = None
+    return ("raised", phase, _one_line(error), text, pickled)
+
+
+def _one_line(error: BaseException) -> str:
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+
+
+def _shutdown_quietly() -> None:
+    try:
+        if rpc.api._is_current_rpc_agent_set():
+            rpc.shutdown(graceful=False)
+    except BaseException:  # noqa: BLE001 - the failure being reported matters more
+        pass
+
+
+def _capture_output(path: str) -> None:
+    # fd-level, so that torch's C++ logging is captured with Python's prints.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+
+
+def _die_with_parent() -> None:
+    """A rank must never outlive its supervisor, even one killed by SIGKILL."""
+    try:  # the kernel's way, for the forkserver that forked us
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    parent = parent_process()
+    if parent is None:
+        return
+    # The supervisor holds the other end of this sentinel: EOF means it is gone.
+    def watch() -> None:
+        wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="rpc-harness-parent-watch", daemon=True).start()
+

@@ -1,0 +1,63 @@
+"""Every exception rpc-harness raises, in one hierarchy.
+
+Each class says when it is raised. Messages name the rank (and worker name)
+involved, say what happened and what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .result import WorldResult
+
+
+class HarnessError(Exception):
+    """Base class of every error rpc-harness raises on purpose."""
+
+
+class WorldSpecError(HarnessError, ValueError):
+    """A world was asked for with bad input (size, names, entry, deadline...).
+
+    Raised before any process starts; the message names the bad value and
+    where it came from (argument, marker, command line, ini).
+    """
+
+
+class FaultPlanError(HarnessError, ValueError):
+    """A fault plan's text or contents are invalid.
+
+    The message names the bad token and lists what is allowed.
+    """
+
+
+class ReplayError(HarnessError, ValueError):
+    """A repro token cannot be decoded (wrong version, corrupt, unknown scenario)."""
+
+
+class WorldFailed(HarnessError):
+    """A world ended with at least one unexpected rank failure.
+
+    Raised by ``run_world(..., check=True)``. ``result`` holds every rank's
+    outcome; the message lists every failed rank and ends with the repro line.
+    """
+
+    def __init__(self, result: WorldResult) -> None:
+        self.result = result
+        super().__init__(result.report())
+
+
+class WorldTimeout(WorldFailed):
+    """A world ran past its deadline. The report holds every rank's stacks."""
+
+
+class GradientMismatch(HarnessError, AssertionError):
+    """A distributed run's gradients or parameters differ from the baseline.
+
+    The message names scenario, step, rank, parameter, the max absolute and
+    relative difference, the tolerance and the seed to replay.
+    """
+
+
+class InjectedFault(HarnessError, RuntimeError):
+    """Raised inside a rank by a ``raise`` fault at a failpoint."""

@@ -1,0 +1,162 @@
+"""What a world left behind: every rank's fate, and a readable report of it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .faults import FaultPlan
+
+# A rank's fate. Only the FAILED ones make a world fail.
+OK = "ok"  # entry returned, shutdown finished
+RAISED = "raised"  # entry raised
+SKIPPED = "skipped"  # entry called pytest.skip()
+KILLED = "killed"  # died by a kill fault of the plan: expected
+DIED = "died"  # exited or was signalled with no plan saying so
+HUNG = "hung"  # still running at the deadline
+STOPPED = "stopped"  # torn down because another rank failed first
+FAILED = frozenset({RAISED, DIED, HUNG})
+
+
+@dataclass
+class RankOutcome:
+    """How one rank ended, with everything it left behind."""
+
+    rank: int
+    name: str
+    status: str = STOPPED
+    value: Any = None
+    exitcode: int | None = None
+    signal: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    output: str = ""
+    stacks: str = ""
+    events: list[dict] = field(default_factory=list)
+    phase: str = "starting"  # the last phase it was seen in: starting, entry, shutdown, done
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank} ({self.name})"
+
+    def fired_faults(self) -> list[dict]:
+        return [e for e in self.events if e.get("kind") == "fault"]
+
+    def describe(self) -> str:
+        """One line: what happened to this rank."""
+        how = {
+            OK: "ok",
+            SKIPPED: f"skipped: {self.error}",
+            KILLED: f"killed by {self.signal} as the fault plan asked",
+            STOPPED: "stopped by the harness after the world failed",
+        }.get(self.status)
+        if how is None:
+            if self.status == RAISED:
+                how = f"raised {self.error} (during {self.phase})"
+            elif self.status == HUNG:
+                how = f"hung: still in {self.phase} at the deadline"
+            elif self.signal:
+                how = f"killed by {self.signal} during {self.phase}; the fault plan did not kill it"
+            else:
+                how = f"exited with code {self.exitcode} during {self.phase} without reporting a result"
+        return f"{self.label}: {how}"
+
+
+@dataclass
+class WorldResult:
+    """Every rank's outcome, in rank order, plus what the world was."""
+
+    names: tuple[str, ...]
+    seed: int
+    faults: FaultPlan
+    deadline: float
+    ranks: list[RankOutcome]
+    duration: float = 0.0
+    timed_out: bool = False
+    repro: str = ""
+    workdir: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return len(self.names)
+
+    @property
+    def failures(self) -> list[RankOutcome]:
+        return [r for r in self.ranks if r.failed]
+
+    @property
+    def skipped(self) -> RankOutcome | None:
+        return next((r for r in self.ranks if r.status == SKIPPED), None)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.skipped is None and not self.timed_out
+
+    @property
+    def values(self) -> list[Any]:
+        """Each rank's return value (None for ranks that returned nothing or died)."""
+        return [r.value for r in self.ranks]
+
+    @property
+    def dead(self) -> list[RankOutcome]:
+        return [r for r in self.ranks if r.status in (KILLED, DIED)]
+
+    @property
+    def killed(self) -> list[RankOutcome]:
+        return [r for r in self.ranks if r.status == KILLED]
+
+    def fired_faults(self) -> list[dict]:
+        """Every fault that fired, in time order, with rank, point and hit."""
+        return sorted((e for r in self.ranks for e in r.fired_faults()), key=lambda e: e["t"])
+
+    def __getitem__(self, key: int | str) -> RankOutcome:
+        if isinstance(key, str):
+            return self.ranks[self.names.index(key)]
+        return self.ranks[key]
+
+    def __iter__(self) -> Iterator[RankOutcome]:
+        return iter(self.ranks)
+
+    def report(self, *, output_lines: int = 20) -> str:
+        """A multi-line account of the world, failures first, repro line last."""
+        lines = [self._headline()]
+        for outcome in self.ranks:
+            lines.append("  " + outcome.describe())
+        for outcome in self.failures:
+            if outcome.traceback:
+                lines.append(f"--- {outcome.label} traceback")
+                lines.append(outcome.traceback.rstrip())
+            if outcome.stacks:
+                lines.append(f"--- {outcome.label} stacks at the deadline")
+                lines.append(outcome.stacks.rstrip())
+            if outcome.output.strip():
+                tail = outcome.output.rstrip().splitlines()[-output_lines:]
+                lines.append(f"--- {outcome.label} output (last {len(tail)} lines)")
+                lines.extend(tail)
+        if self.timed_out:
+            for outcome in self.ranks:
+                if not outcome.failed and outcome.stacks:
+                    lines.append(f"--- {outcome.label} stacks at the deadline")
+                    lines.append(outcome.stacks.rstrip())
+        if self.repro:
+            lines.append(f"Replay: {self.repro}")
+        return "\n".join(lines)
+
+    def _headline(self) -> str:
+        what = f"world_size={self.world_size}, seed={self.seed}"
+        if self.faults:
+            what += f", faults={self.faults}"
+        if self.timed_out:
+            head = f"rpc world hung: deadline of {self.deadline:g}s passed"
+        elif self.failures:
+            head = f"rpc world failed: {len(self.failures)} of {self.world_size} ranks failed"
+        elif self.skipped is not None:
+            head = "rpc world skipped"
+        else:
+            head = f"rpc world ok in {self.duration:.2f}s"
+        return f"{head} ({what})"

@@ -1,0 +1,209 @@
+"""World specs: what to run, in how many ranks, with which seed, faults and
+deadline, validated in one place before any process starts."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pickle
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import FaultPlanError, WorldSpecError
+from .faults import FaultPlan
+from .seeds import MAX_SEED, fresh_seed
+
+DEFAULT_DEADLINE = 60.0
+MAX_WORLD_SIZE = 256
+_WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")  # what torch rpc accepts
+
+
+@dataclass(frozen=True)
+class EntryRef:
+    """An importable function, by name, so that any rank can import it."""
+
+    module: str
+    qualname: str
+    main_file: str | None = None  # set when the function lives in a script's __main__
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    @classmethod
+    def of(cls, entry: Callable[..., Any] | str, *, where: str = "entry") -> EntryRef:
+        """Check that ``entry`` can be imported again by name in another process."""
+        if isinstance(entry, str):
+            module, sep, qualname = entry.partition(":")
+            if not sep or not module or not qualname:
+                raise WorldSpecError(f"{where}: {entry!r} is not of the form 'package.module:function'")
+            ref = cls(module, qualname)
+            ref.load(where=where)
+            return ref
+        if not callable(entry):
+            raise WorldSpecError(f"{where}: {entry!r} is not callable; pass a module-level function")
+        module = getattr(entry, "__module__", None)
+        qualname = getattr(entry, "__qualname__", None)
+        if not module or not qualname or "<" in qualname:
+            raise WorldSpecError(
+                f"{where}: {qualname or entry!r} cannot be imported by name in the ranks "
+                "(lambdas, nested functions and callable objects cannot); "
+                "define it at the top level of an importable module"
+            )
+        main_file = None
+        if module == "__main__":
+            main_file = getattr(sys.modules["__main__"], "__file__", None)
+            if main_file is None:
+                raise WorldSpecError(
+                    f"{where}: {qualname} lives in an interactive __main__ that ranks cannot import; "
+                    "move it into a module"
+                )
+        ref = cls(module, qualname, main_file)
+        if main_file is None and ref.load(where=where) is not entry:
+            raise WorldSpecError(
+                f"{where}: importing {ref} gives a different object than the one passed; "
+                "pass the module-level function itself"
+            )
+        return ref
+
+    def load(self, *, where: str = "entry") -> Callable[..., Any]:
+        """Import and return the function (in the parent to check, in ranks to run)."""
+        if self.main_file is not None:
+            import runpy
+
+            namespace = runpy.run_path(self.main_file, run_name="__mp_main__")
+            obj: Any = namespace.get(self.qualname.split(".")[0])
+            rest = self.qualname.split(".")[1:]
+        else:
+            try:
+                obj = importlib.import_module(self.module)
+            except Exception as error:
+                raise WorldSpecError(f"{where}: cannot import module {self.module!r}: {error}") from error
+            rest = self.qualname.split(".")
+        for part in rest:
+            obj = getattr(obj, part, None)
+        if obj is None or not callable(obj):
+            raise WorldSpecError(f"{where}: {self} does not name a function")
+        return obj
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """Everything that defines one world. Built by :func:`make_spec`."""
+
+    entry: EntryRef
+    names: tuple[str, ...]
+    seed: int
+    deadline: float = DEFAULT_DEADLINE
+    faults: FaultPlan = FaultPlan()
+    payload: bytes = field(default=pickle.dumps(((), {})), repr=False)  # pickled (args, kwargs)
+    fuzz: float = 0.0
+    repro: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return len(self.names)
+
+
+def make_spec(
+    entry: Callable[..., Any] | str,
+    world_size: int | None = None,
+    *,
+    names: Sequence[str] | str | None = None,
+    seed: int | None = None,
+    deadline: float | None = None,
+    faults: FaultPlan | str | None = None,
+    failpoints: Sequence[str] | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    fuzz: float = 0.0,
+    repro: str = "",
+    env: Mapping[str, str] | None = None,
+    where: str = "run_world()",
+) -> WorldSpec:
+    """Validate every input and build a :class:`WorldSpec`.
+
+    ``where`` names the source of the values (an argument list, a marker, a
+    command-line option) so that errors point at it.
+    """
+    ref = EntryRef.of(entry, where=f"{where}: entry")
+    resolved_names = resolve_names(world_size, names, where=where)
+    if seed is None:
+        seed = fresh_seed()
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise WorldSpecError(f"{where}: invalid seed {seed!r}; use a whole number 0..2**63-1")
+    deadline = DEFAULT_DEADLINE if deadline is None else validate_deadline(deadline, where=where)
+    try:
+        plan = FaultPlan.coerce(faults, where=f"{where}: faults")
+        plan.validate(resolved_names, failpoints=failpoints, where=f"{where}: faults")
+    except FaultPlanError:
+        raise
+    if isinstance(fuzz, bool) or not isinstance(fuzz, (int, float)) or not 0 <= fuzz <= 1:
+        raise WorldSpecError(f"{where}: invalid fuzz {fuzz!r}; use the largest delay in seconds, 0..1")
+    if not isinstance(args, (tuple, list)):
+        raise WorldSpecError(f"{where}: args must be a tuple or list, got {type(args).__name__}")
+    try:
+        payload = pickle.dumps((tuple(args), dict(kwargs or {})))
+    except Exception as error:
+        raise WorldSpecError(
+            f"{where}: the entry's args/kwargs cannot be pickled for the ranks: {error}"
+        ) from error
+    return WorldSpec(
+        entry=ref,
+        names=resolved_names,
+        seed=seed,
+        deadline=deadline,
+        faults=plan,
+        payload=payload,
+        fuzz=float(fuzz),
+        repro=repro,
+        env=tuple(sorted((env or {}).items())),
+    )
+
+
+def resolve_names(
+    world_size: int | None, names: Sequence[str] | str | None, *, where: str
+) -> tuple[str, ...]:
+    """Worker names, one per rank: ``worker{rank}`` by default, a list, or a
+    template such as ``"node{rank}"``."""
+    if world_size is not None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int):
+            raise WorldSpecError(f"{where}: invalid world_size {world_size!r}; use a whole number >= 1")
+        if not 1 <= world_size <= MAX_WORLD_SIZE:
+            raise WorldSpecError(f"{where}: invalid world_size {world_size}; use 1..{MAX_WORLD_SIZE}")
+    if names is None or isinstance(names, str):
+        if world_size is None:
+            raise WorldSpecError(f"{where}: give world_size (or a list of names)")
+        template = names or "worker{rank}"
+        if "{rank}" not in template:
+            raise WorldSpecError(f"{where}: names template {template!r} must contain '{{rank}}'")
+        resolved = tuple(template.format(rank=r) for r in range(world_size))
+    else:
+        resolved = tuple(names)
+        if world_size is not None and len(resolved) != world_size:
+            raise WorldSpecError(
+                f"{where}: {len(resolved)} names given for world_size={world_size}: {list(resolved)}"
+            )
+        if not resolved:
+            raise WorldSpecError(f"{where}: names is empty")
+    for name in resolved:
+        if not isinstance(name, str) or not _WORKER_NAME_RE.match(name):
+            raise WorldSpecError(
+                f"{where}: invalid worker name {name!r}; use 1-128 letters, digits, _ - :"
+            )
+    duplicates = sorted({n for n in resolved if resolved.count(n) > 1})
+    if duplicates:
+        raise WorldSpecError(f"{where}: duplicate worker names {duplicates}")
+    return resolved
+
+
+def validate_deadline(value: object, *, where: str) -> float:
+    """A deadline in seconds: a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorldSpecError(f"{where}: invalid deadline {value!r}; use seconds > 0")
+    if not math.isfinite(value) or value <= 0:
+        raise WorldSpecError(f"{where}: invalid deadline {value!r}; use seconds > 0")
+    return float(value)
