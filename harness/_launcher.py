@@ -363,21 +363,34 @@ def default_repro(spec: WorldSpec) -> str:
     return text + ")"
 
 
+_RANK_FILE = os.path.join("harness", "_rank.py")
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 
 
 def annotate_stacks(text: str) -> str:
-    """Add each frame's source line to a faulthandler dump, which has none, so
-    that a hung rank's stack shows e.g. ``failpoint("trainer.step")``."""
-    out = []
-    for line in text.splitlines():
-        out.append(line)
-        match = _FRAME_RE.match(line)
-        if match:
+    """Make a faulthandler dump readable: add each frame's source line (the
+    dump has none, and ``failpoint("trainer.step")`` is what a reader needs),
+    drop the harness's own watchdog thread and the bootstrap frames below a
+    rank's entry."""
+    blocks = []
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()
+        if any(_RANK_FILE in line and line.endswith(" in watch") for line in lines):
+            continue
+        out = []
+        for line in lines:
+            out.append(line)
+            match = _FRAME_RE.match(line)
+            if not match:
+                continue
             source = linecache.getline(match["file"], int(match["line"])).strip()
             if source:
                 out.append(f"    {source}")
-    return "\n".join(out)
+            if match["file"].endswith(_RANK_FILE):
+                out.append("  (harness bootstrap frames omitted)")
+                break
+        blocks.append("\n".join(out))
+    return "\n\n".join(blocks)
 
 
 def _stacks_written(workdir: str, rank: int) -> bool:

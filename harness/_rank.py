@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from dataclasses import dataclass
 from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
@@ -83,6 +84,9 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     os.environ["TP_SOCKET_IFNAME"] = "lo"
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ["MASTER_ADDR"] = "127.0.0.1"
+    # init_rpc's own device-map exchange trips a torch deprecation warning that
+    # would otherwise open every rank's output.
+    warnings.filterwarnings("ignore", message="You are using a Backend")
     sys.path[:] = list(boot.sys_path)
     ctx = RankContext(
         rank=boot.rank,

@@ -1,0 +1,259 @@
+"""The pytest plugin: options, the ``rpc_world`` marker and fixture, reports.
+
+A thin layer: it resolves settings (call > marker > command line > ini >
+default), derives each world's seed from the session seed and the test id,
+calls :func:`harness.launch`, and turns results into pytest outcomes and
+report sections. Heavy imports happen inside hooks, so ``pytest --help``
+never imports torch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .result import WorldResult
+
+SEED_OPTION = "--rpc-seed"
+SEED_HELP = "root seed of the session: every world's seed derives from it and the test id (default: random, printed in the header)"
+DEADLINE_OPTION = "--rpc-deadline"
+DEADLINE_HELP = "deadline in seconds of each RPC world; a world still running then fails with every rank's stacks (default: 60)"
+FUZZ_OPTION = "--rpc-fuzz"
+FUZZ_HELP = "schedule fuzzing: largest seeded random delay in seconds at failpoints and message sends (default: 0, off)"
+TRACE_OPTION = "--rpc-trace-dir"
+TRACE_HELP = "folder for the Chrome trace of every failing world (default: the test's tmp path is not used; traces go to .rpc-harness/traces)"
+MARKER = "rpc_world"
+MARKER_HELP = (
+    "rpc_world(world_size=None, names=None, deadline=None, seed=None, faults=None, fuzz=None): "
+    "defaults for the worlds this test runs with the rpc_world fixture"
+)
+MARKER_KEYS = ("world_size", "names", "deadline", "seed", "faults", "fuzz")
+
+_session_seed_key = pytest.StashKey[int]()
+_results_key = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rpc-harness", "real torch.distributed.rpc worlds")
+    group.addoption(SEED_OPTION, dest="rpc_seed", default=None, help=SEED_HELP)
+    group.addoption(DEADLINE_OPTION, dest="rpc_deadline", default=None, help=DEADLINE_HELP)
+    group.addoption(FUZZ_OPTION, dest="rpc_fuzz", default=None, help=FUZZ_HELP)
+    group.addoption(TRACE_OPTION, dest="rpc_trace_dir", default=None, help=TRACE_HELP)
+    parser.addini("rpc_seed", SEED_HELP, default=None)
+    parser.addini("rpc_deadline", DEADLINE_HELP, default=None)
+    parser.addini("rpc_fuzz", FUZZ_HELP, default=None)
+    parser.addini("rpc_trace_dir", TRACE_HELP, default=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+    config.stash[_session_seed_key] = _session_seed(config)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistSeedSharing(config), "rpc-harness-xdist")
+
+
+class _XdistSeedSharing:
+    """Hands the controller's session seed to every xdist worker, so that one
+    ``--rpc-seed`` replays a whole ``-n auto`` session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["rpc_harness_seed"] = self.config.stash[_session_seed_key]
+
+
+def _session_seed(config: pytest.Config) -> int:
+    from .seeds import fresh_seed
+
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and "rpc_harness_seed" in workerinput:
+        return int(workerinput["rpc_harness_seed"])
+    raw, where = config.getoption("rpc_seed"), SEED_OPTION
+    if raw is None:
+        raw, where = config.getini("rpc_seed"), "ini rpc_seed"
+    if raw in (None, ""):
+        return fresh_seed()
+    try:
+        seed = int(raw, 0) if isinstance(raw, str) else int(raw)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: invalid seed {raw!r}; use a whole number") from None
+    if not 0 <= seed < 2**63:
+        raise pytest.UsageError(f"{where}: invalid seed {raw!r}; use 0..2**63-1")
+    return seed
+
+
+def _number_setting(config: pytest.Config, option: str, ini: str, flag: str) -> float | None:
+    raw, where = config.getoption(option), flag
+    if raw is None:
+        raw, where = config.getini(ini), f"ini {ini}"
+    if raw in (None, ""):
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: invalid value {raw!r}; use a number of seconds") from None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    seed = config.stash[_session_seed_key]
+    return f"rpc-harness: session seed {seed} (replay with {SEED_OPTION}={seed})"
+
+
+class RpcWorld:
+    """The ``rpc_world`` fixture: runs worlds for one test.
+
+    ``rpc_world.run(entry, world_size=N, ...)`` takes the arguments of
+    :func:`harness.run_world`; anything not given comes from the test's
+    ``rpc_world`` marker, then the command line, then the ini file.
+    """
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+        self._config = request.config
+        self.session_seed: int = request.config.stash[_session_seed_key]
+        marker = request.node.get_closest_marker(MARKER)
+        self._marker: dict[str, Any] = {}
+        if marker is not None:
+            if marker.args:
+                raise pytest.UsageError(
+                    f"{request.node.nodeid}: marker {MARKER} takes keyword arguments only ({', '.join(MARKER_KEYS)})"
+                )
+            unknown = sorted(set(marker.kwargs) - set(MARKER_KEYS))
+            if unknown:
+                raise pytest.UsageError(
+                    f"{request.node.nodeid}: marker {MARKER} got unknown option(s) {unknown}; "
+                    f"allowed: {', '.join(MARKER_KEYS)}"
+                )
+            self._marker = dict(marker.kwargs)
+        self.results: list[WorldResult] = []
+        request.node.stash[_results_key] = self.results
+
+    @property
+    def repro(self) -> str:
+        """The pytest command that replays this test with the same seeds."""
+        return f"pytest {shlex.quote(self._request.node.nodeid)} {SEED_OPTION}={self.session_seed}"
+
+    def seed_for(self, index: int) -> int:
+        """The seed of this test's ``index``-th world (0-based)."""
+        from .seeds import derive_seed
+
+        return derive_seed(self.session_seed, self._request.node.nodeid, index)
+
+    def run(
+        self,
+        entry: Callable[..., Any] | str,
+        world_size: int | None = None,
+        *,
+        names: Sequence[str] | str | None = None,
+        seed: int | None = None,
+        deadline: float | None = None,
+        faults: Any = None,
+        failpoints: Sequence[str] | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        fuzz: float | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+    ) -> WorldResult:
+        """Run one world and return its result; see :func:`harness.run_world`.
+
+        A rank that calls ``pytest.skip()`` skips the test; with ``check=True``
+        any unexpected rank failure fails it with every rank's report.
+        """
+        __tracebackhide__ = True
+        from ._launcher import launch, raise_for_failures
+        from .spec import make_spec
+
+        given = {"world_size": world_size, "names": names, "seed": seed, "deadline": deadline,
+                 "faults": faults, "fuzz": fuzz}
+        settings = {key: value if value is not None else self._marker.get(key) for key, value in given.items()}
+        where = f"rpc_world.run() in {self._request.node.nodeid}"
+        from_marker = [key for key, value in given.items() if value is None and key in self._marker]
+        if from_marker:
+            where += f" (with {', '.join(from_marker)} from marker {MARKER})"
+        if settings["deadline"] is None:
+            settings["deadline"] = _number_setting(self._config, "rpc_deadline", "rpc_deadline", DEADLINE_OPTION)
+        if settings["fuzz"] is None:
+            settings["fuzz"] = _number_setting(self._config, "rpc_fuzz", "rpc_fuzz", FUZZ_OPTION) or 0.0
+        if settings["seed"] is None:
+            settings["seed"] = self.seed_for(len(self.results))
+        spec = make_spec(
+            entry,
+            settings["world_size"],
+            names=settings["names"],
+            seed=settings["seed"],
+            deadline=settings["deadline"],
+            faults=settings["faults"],
+            failpoints=failpoints,
+            args=args,
+            kwargs=kwargs,
+            fuzz=settings["fuzz"],
+            env=env,
+            repro=self.repro,
+            where=where,
+        )
+        result = launch(spec)
+        self.results.append(result)
+        skipped = result.skipped
+        if skipped is not None and not result.failures and not result.timed_out:
+            pytest.skip(f"{skipped.label}: {skipped.error}")
+        if check:
+            raise_for_failures(result)
+        return result
+
+
+@pytest.fixture
+def rpc_world(request: pytest.FixtureRequest) -> RpcWorld:
+    """Bring up real multi-process torch.distributed.rpc worlds in this test."""
+    return RpcWorld(request)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    results = item.stash.get(_results_key, None)
+    if not results or not report.failed or call.when != "call":
+        return
+    for index, result in enumerate(results):
+        prefix = f"rpc world {index} " if len(results) > 1 else "rpc "
+        for rank in result.ranks:
+            text = rank.output.rstrip()
+            if rank.stacks:
+                text += f"\n--- stacks at the deadline\n{rank.stacks.rstrip()}"
+            if text.strip():
+                report.sections.append((f"{prefix}rank {rank.rank} ({rank.name}) [{rank.status}]", text))
+        trace = _write_trace(item, index, result)
+        if trace:
+            report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}"))
+    seed = item.config.stash[_session_seed_key]
+    replay = f"pytest {shlex.quote(item.nodeid)} {SEED_OPTION}={seed}"
+    report.sections.append(("rpc-harness replay", replay))
+
+
+def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> str | None:
+    """Write the failing world's timeline as a Chrome trace; None if the
+    trace writer is unavailable."""
+    try:
+        from .trace import write_trace
+    except ImportError:
+        return None
+    import os
+    import re
+
+    folder = item.config.getoption("rpc_trace_dir") or item.config.getini("rpc_trace_dir") or os.path.join(
+        str(item.config.rootpath), ".rpc-harness", "traces"
+    )
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:150]
+    path = os.path.join(folder, f"{name}.world{index}.trace.json")
+    try:
+        write_trace(result, path)
+    except OSError:
+        return None
+    return path
