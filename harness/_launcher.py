@@ -175,7 +175,6 @@ class _Supervisor:
 
         ctx = _mp_context()
         self.started = time.monotonic()
-        deadline_at = self.started + self.spec.deadline
         for outcome in self.outcomes:
             boot = Boot(
                 rank=outcome.rank,
@@ -200,7 +199,10 @@ class _Supervisor:
             self.conns.append(ours)
             self.open_conns.add(outcome.rank)
             self.running.add(outcome.rank)
-        self._watch(deadline_at)
+        # The clock starts once every rank is forked: the first world of a
+        # process waits for the forkserver to import torch (seconds, more on a
+        # loaded machine), which is not the world's time to spend.
+        self._watch(time.monotonic() + self.spec.deadline)
         self.ended = time.monotonic()
 
     # -- watch ----------------------------------------------------------------

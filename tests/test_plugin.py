@@ -1,0 +1,267 @@
+"""The pytest plugin, seen from another repo's test suite (pytester)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import wait_gone
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ENTRIES = """
+import os, signal, time
+import pytest
+import torch
+import harness
+
+def ok(ctx):
+    return ctx.rank
+
+def rank1_dies(ctx):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return ctx.rank
+
+def hangs(ctx):
+    harness.failpoint("demo.step")
+
+def skips(ctx):
+    if ctx.rank == 1:
+        pytest.skip("no GPU in rank 1")
+    time.sleep(30)
+
+def seeded(ctx):
+    return (ctx.world_seed, torch.rand(1).item())
+
+def prints_then_raises(ctx):
+    print(f"log line of {ctx.name}")
+    raise RuntimeError(f"bad {ctx.name}")
+"""
+
+
+def run(pytester, *args, timeout=120):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+
+
+def test_fixture_works_without_conftest_and_checks_every_rank(pytester):
+    pytester.makepyfile(
+        ENTRIES
+        + """
+def test_ok(rpc_world):
+    assert rpc_world.run(ok, world_size=3).values == [0, 1, 2]
+
+def test_rank1_dies(rpc_world):
+    rpc_world.run(rank1_dies, world_size=3)
+"""
+    )
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "rank 1 (worker1): killed by SIGKILL" in out
+    assert re.search(r"Replay: pytest .*::test_rank1_dies --rpc-seed=\d+", out)
+    assert "rpc-harness: session seed" in out
+
+
+def test_hang_fails_at_the_deadline_with_all_stacks_and_the_session_goes_on(pytester):
+    pytester.makepyfile(
+        ENTRIES
+        + """
+import pytest
+
+@pytest.mark.rpc_world(world_size=2, deadline=2, faults="hang:worker0@demo.step")
+def test_hangs(rpc_world):
+    rpc_world.run(hangs)
+
+def test_after(rpc_world):
+    assert rpc_world.run(ok, world_size=2).values == [0, 1]
+"""
+    )
+    started = time.monotonic()
+    result = run(pytester)
+    assert time.monotonic() - started < 60
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "rpc world hung: deadline of 2s passed" in out
+    assert "rank 0 (worker0) stacks at the deadline" in out
+    assert "rank 1 (worker1) stacks at the deadline" in out
+    assert 'harness.failpoint("demo.step")' in out
+
+
+def test_skip_inside_a_rank_skips_the_test(pytester):
+    pytester.makepyfile(ENTRIES + "\ndef test_skips(rpc_world):\n    rpc_world.run(skips, world_size=2)\n")
+    result = run(pytester, "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*rank 1 (worker1): no GPU in rank 1*"])
+
+
+def test_failures_show_each_ranks_output_as_a_report_section(pytester):
+    pytester.makepyfile(ENTRIES + "\ndef test_raises(rpc_world):\n    rpc_world.run(prints_then_raises, world_size=2)\n")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert re.search(r"-+ rpc rank 0 \(worker0\) \[raised\] -+", out)
+    assert "log line of worker1" in out
+    assert "RuntimeError: bad worker0" in out
+    assert "rpc-harness replay" in out
+
+
+def test_marker_sets_world_options_and_call_arguments_win(pytester):
+    pytester.makepyfile(
+        ENTRIES
+        + """
+import pytest
+
+@pytest.mark.rpc_world(world_size=3, names="node{rank}")
+def test_marker(rpc_world):
+    result = rpc_world.run(ok)
+    assert result.names == ("node0", "node1", "node2")
+    assert rpc_world.run(ok, world_size=2, names=["a", "b"]).names == ("a", "b")
+"""
+    )
+    run(pytester).assert_outcomes(passed=1)
+
+
+def test_the_same_rpc_seed_replays_the_same_worlds(pytester):
+    pytester.makepyfile(
+        ENTRIES
+        + """
+def test_seeded(rpc_world):
+    first = rpc_world.run(seeded, world_size=2).values
+    second = rpc_world.run(seeded, world_size=2).values
+    assert first != second, "two worlds of one test get different seeds"
+    print("VALUES", first, second)
+"""
+    )
+    outs = []
+    for seed in ("11", "11", "12"):
+        result = run(pytester, "-s", f"--rpc-seed={seed}")
+        result.assert_outcomes(passed=1)
+        outs.append([line.split("VALUES", 1)[1] for line in result.stdout.lines if "VALUES" in line])
+    assert all(len(out) == 1 for out in outs)
+    assert outs[0] == outs[1]
+    assert outs[0] != outs[2]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rpc-seed=abc"], "--rpc-seed: invalid seed 'abc'"),
+        (["--rpc-deadline=soon"], "--rpc-deadline: invalid value 'soon'"),
+    ],
+)
+def test_bad_command_line_values_are_usage_errors(pytester, args, message):
+    pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
+    result = run(pytester, *args)
+    assert result.ret != 0
+    assert message in result.stderr.str() + result.stdout.str()
+
+
+def test_bad_marker_and_bad_world_input_fail_clearly(pytester):
+    pytester.makepyfile(
+        ENTRIES
+        + """
+import pytest
+
+@pytest.mark.rpc_world(world_sise=2)
+def test_typo(rpc_world):
+    rpc_world.run(ok, world_size=2)
+
+@pytest.mark.rpc_world(deadline=-1)
+def test_bad_deadline(rpc_world):
+    rpc_world.run(ok, world_size=2)
+
+def test_bad_names(rpc_world):
+    rpc_world.run(ok, world_size=3, names=["a", "b"])
+"""
+    )
+    result = run(pytester)
+    out = result.stdout.str()
+    assert "marker rpc_world got unknown option(s) ['world_sise']" in out
+    assert "invalid deadline -1" in out and "deadline from marker rpc_world" in out
+    assert "2 names given for world_size=3" in out
+    result.assert_outcomes(failed=2, errors=1)
+
+
+def test_ini_deadline_applies(pytester):
+    pytester.makeini("[pytest]\nrpc_deadline = 2\n")
+    pytester.makepyfile(
+        ENTRIES + '\ndef test_hangs(rpc_world):\n    rpc_world.run(hangs, world_size=2, faults="hang:worker1@demo.step")\n'
+    )
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    assert "deadline of 2s passed" in result.stdout.str()
+
+
+def test_help_does_not_import_torch(pytester):
+    pytester.makeconftest(
+        """
+import sys
+def pytest_unconfigure(config):
+    with open("imported.txt", "w") as f:
+        f.write(str("torch" in sys.modules))
+"""
+    )
+    result = run(pytester, "--help")
+    assert result.ret == 0
+    assert "--rpc-seed" in result.stdout.str() and "--rpc-deadline" in result.stdout.str()
+    assert (pytester.path / "imported.txt").read_text() == "False"
+
+
+def test_works_under_xdist(pytester):
+    pytester.makepyfile(
+        ENTRIES
+        + """
+import pytest
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_many(rpc_world, n):
+    assert rpc_world.run(ok, world_size=n).values == list(range(n))
+"""
+    )
+    result = run(pytester, "-n", "2")
+    result.assert_outcomes(passed=4)
+
+
+def test_no_rank_outlives_a_sigkilled_pytest(pytester, tmp_path):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    pytester.makepyfile(
+        f"""
+import os, time
+
+def sleeper(ctx):
+    with open(os.path.join({str(pid_dir)!r}, f"{{ctx.rank}}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+
+def test_sleeps(rpc_world):
+    rpc_world.run(sleeper, world_size=3, deadline=300)
+"""
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(pytester.path)],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        until = time.monotonic() + 60
+        while len(os.listdir(pid_dir)) < 3 and time.monotonic() < until:
+            time.sleep(0.1)
+        pids = [int((pid_dir / name).read_text()) for name in os.listdir(pid_dir)]
+        assert len(pids) == 3, "the world never came up"
+        time.sleep(0.3)  # all ranks are inside their entry now
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        left = wait_gone(pids, within=10)
+        assert not left, f"ranks outlived the SIGKILLed pytest: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
