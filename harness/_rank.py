@@ -13,6 +13,7 @@ import ctypes
 import faulthandler
 import os
 import pickle
+import resource
 import signal
 import sys
 import threading
@@ -110,7 +111,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         phase = "entry"
         events.write("entry_start")
         value = entry(ctx, *args, **kwargs)
-        events.write("entry_done")
+        events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
         events.write("raised", error=_one_line(error), phase=phase)
         conn.send(_failure_message(error, phase))

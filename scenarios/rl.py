@@ -52,10 +52,15 @@ from torch import nn
 from torch.distributed.rpc import RRef
 from torch.distributions import Categorical
 
-from harness import derive_seed, failpoint, run_world
+from harness import derive_seed, failpoint, preload, run_world
 from harness.gradcheck import compare, raise_mismatches
 from harness.result import KILLED
 from scenarios._common import ScenarioReport
+
+# The agent's first optimizer imports torch._dynamo (about 1 s here); in the
+# forkserver that is paid once per process instead of once per world. Only a
+# forkserver not yet started takes it (the first world of a process starts it).
+preload("torch._dynamo", "gymnasium", __name__)
 
 NAME = "rl"
 MIN_WORLD_SIZE = 2
@@ -178,9 +183,9 @@ def _remote_method(method: Any, rref: RRef, *args: Any, **kwargs: Any) -> Any:
 
 def _call_agent(method: Any, agent: Any, *args: Any) -> Any:
     # The baseline hands observers the agent itself instead of an RRef.
-    if isinstance(agent, RRef):
-        return _remote_method(method, agent, *args)
-    return method(agent, *args)
+    if isinstance(agent, Agent):
+        return method(agent, *args)
+    return _remote_method(method, agent, *args)
 
 
 def _ping() -> bool:
@@ -372,7 +377,7 @@ class Agent:
             rewards=rewards,
             ep_reward=ep_reward,
             running_reward=self.running_reward,
-            loss=float(policy_loss),
+            loss=float(policy_loss.detach()),
             grads=grads,
         )
 
