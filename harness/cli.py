@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import FaultPlanError, HarnessError, ReplayError, WorldSpecError
-from .faults import FaultPlan
 from .repro import Repro, decode
 from .seeds import fresh_seed
 
@@ -155,7 +154,7 @@ def summary_table(reports: Sequence[Any]) -> str:
             "ok" if r.ok else "FAILED",
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -218,6 +217,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _replay_entry(repro: Repro, deadline: float) -> int:
     from ._launcher import run_world
 
+    # The entry's module is imported the way the test run that printed the
+    # token imported it: from its folder, or from here.
+    for folder in (repro.path, os.getcwd()):
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
     result = run_world(repro.entry or "", names=repro.names or None, world_size=repro.world_size,
                        seed=repro.seed, faults=repro.faults or None, fuzz=repro.fuzz,
                        deadline=deadline, repro=repro.command(), check=False)

@@ -65,7 +65,7 @@ class RankContext:
         names: Sequence[str],
         world_seed: int,
         workdir: str = "",
-        faults: FaultPlan = FaultPlan(),
+        faults: FaultPlan | None = None,
         fuzz: float = 0.0,
         events: EventLog | None = None,
     ) -> None:
@@ -76,11 +76,11 @@ class RankContext:
         self.world_seed = world_seed
         self.seed = rank_seed(world_seed, rank)
         self.workdir = workdir
-        self.faults = faults
+        self.faults = faults or FaultPlan()
         self.fuzz = fuzz
         self._events = events or EventLog(None, rank)
         self._armed: dict[str, list[Fault]] = {}
-        for fault in faults.for_target(self.name):
+        for fault in self.faults.for_target(self.name):
             if fault.kind in FAILPOINT_KINDS:
                 self._armed.setdefault(fault.point, []).append(fault)
         self._hits: dict[str, int] = {}

@@ -9,6 +9,8 @@ never imports torch.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ MARKER_HELP = (
 )
 MARKER_KEYS = ("world_size", "names", "deadline", "seed", "faults", "fuzz")
 
+_MAX_WORLD_SECTIONS = 2
 _session_seed_key = pytest.StashKey[int]()
 _results_key = pytest.StashKey[list]()
 
@@ -49,7 +52,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("rpc_trace_dir", TRACE_HELP, default=None)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # Before Hypothesis's own configure, which loads --hypothesis-profile.
+    try:
+        from .strategies import register_profiles
+    except ImportError:  # hypothesis is optional for users of the fixture alone
+        pass
+    else:
+        register_profiles()
     config.addinivalue_line("markers", MARKER_HELP)
     config.stash[_session_seed_key] = _session_seed(config)
     if config.pluginmanager.hasplugin("xdist"):
@@ -198,6 +209,8 @@ class RpcWorld:
             repro=self.repro,
             where=where,
         )
+        if not args and not kwargs:
+            spec = dataclasses.replace(spec, repro=f"{self.repro}\n    or: {_token_command(spec)}")
         result = launch(spec)
         self.results.append(result)
         skipped = result.skipped
@@ -221,7 +234,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     results = item.stash.get(_results_key, None)
     if not results or not report.failed or call.when != "call":
         return
-    for index, result in enumerate(results):
+    # Only failed worlds, and only the last few: a Hypothesis test runs many,
+    # and the final, shrunk example is the one that matters.
+    failed = [(index, result) for index, result in enumerate(results) if not result.ok]
+    for index, result in failed[-_MAX_WORLD_SECTIONS:]:
         prefix = f"rpc world {index} " if len(results) > 1 else "rpc "
         for rank in result.ranks:
             text = rank.output.rstrip()
@@ -237,6 +253,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report.sections.append(("rpc-harness replay", replay))
 
 
+def _token_command(spec: Any) -> str:
+    """``rpc-harness replay TOKEN`` for a world whose entry takes no arguments."""
+    import sys
+
+    from .repro import Repro
+
+    module = sys.modules.get(spec.entry.module)
+    path = os.path.dirname(os.path.abspath(module.__file__)) if module and getattr(module, "__file__", None) else ""
+    return Repro(world_size=spec.world_size, seed=spec.seed, entry=str(spec.entry), names=spec.names,
+                 faults=str(spec.faults), fuzz=spec.fuzz, path=path).command()
+
+
 def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> str | None:
     """Write the failing world's timeline as a Chrome trace; None if the
     trace writer is unavailable."""
@@ -244,7 +272,6 @@ def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> str | No
         from .trace import write_trace
     except ImportError:
         return None
-    import os
     import re
 
     folder = item.config.getoption("rpc_trace_dir") or item.config.getini("rpc_trace_dir") or os.path.join(

@@ -34,6 +34,7 @@ class Repro:
     faults: str = ""
     fuzz: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
+    path: str = ""  # for entries: the folder their module is imported from
 
     def __post_init__(self) -> None:
         if (self.scenario is None) == (self.entry is None):
@@ -58,6 +59,8 @@ class Repro:
             data["z"] = self.fuzz
         if self.config:
             data["c"] = self.config
+        if self.path:
+            data["p"] = self.path
         raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
         body = base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
         return f"{PREFIX}{VERSION}_{body}"
@@ -91,6 +94,7 @@ def decode(token: str) -> Repro:
             faults=data.get("f", ""),
             fuzz=float(data.get("z", 0.0)),
             config=dict(data.get("c", {})),
+            path=data.get("p", ""),
         )
     except ReplayError:
         raise

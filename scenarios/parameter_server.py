@@ -191,16 +191,18 @@ def _gaussian_kernel(size: int, sigma: float) -> torch.Tensor:
 
 
 def digit_prototypes(world_seed: int) -> torch.Tensor:
-    """Ten 28x28 class prototypes: seeded noise, smoothed into blobby strokes,
-    confined to the central 20x20 box like MNIST digits, zero mean, unit std."""
+    """Ten 28x28 class prototypes: seeded noise, smoothed, thresholded into
+    sparse blobby strokes (so that classes differ more than their shared
+    background), confined to the central 20x20 box like MNIST digits,
+    normalised to zero mean and unit std."""
     gen = torch.Generator().manual_seed(harness.derive_seed(world_seed, NAME, "prototypes") % 2**62)
     raw = torch.rand(10, 1, 28, 28, generator=gen)
-    smooth = F.conv2d(raw, _gaussian_kernel(9, 2.0), padding=4)
+    smooth = F.conv2d(raw, _gaussian_kernel(9, 1.5), padding=4)
     smooth = (smooth - smooth.mean(dim=(2, 3), keepdim=True)) / smooth.std(dim=(2, 3), keepdim=True)
-    strokes = torch.sigmoid(3.0 * smooth)
+    ink = (smooth - 0.5).clamp(min=0.0)
     window = torch.zeros(1, 1, 28, 28)
     window[..., 4:24, 4:24] = 1.0
-    protos = (strokes * window).squeeze(1)
+    protos = (ink * window).squeeze(1)
     return (protos - protos.mean(dim=(1, 2), keepdim=True)) / protos.std(dim=(1, 2), keepdim=True)
 
 

@@ -81,7 +81,7 @@ def listening_addresses(ctx):
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     found = []
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as file:
             next(file)
             for line in file:

@@ -1,0 +1,154 @@
+"""Hypothesis strategies for worlds: sizes, fault plans, seeds.
+
+Shaped so that shrinking moves towards the smallest failing world: fewer
+ranks, fewer faults, earlier hits, the first-listed (mildest) fault kinds
+and the first worker names. Profiles for multi-process tests are registered
+as ``rpc-ci`` (quick, the default under the plugin) and ``rpc-thorough``;
+pick one with Hypothesis's own ``--hypothesis-profile``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from .faults import FAILPOINT_KINDS, Fault, FaultPlan
+from .repro import Repro
+
+# Mildest first: Hypothesis shrinks sampled_from towards the first element.
+DEFAULT_KINDS = ("delay", "raise", "kill")
+
+CI_PROFILE = "rpc-ci"
+THOROUGH_PROFILE = "rpc-thorough"
+
+
+def register_profiles() -> None:
+    """Register the multi-process profiles: no per-example deadline (a world
+    takes a fraction of a second to seconds), bounded example counts, and no
+    health check for the function-scoped ``rpc_world`` fixture, which holds no
+    state between examples."""
+    common = dict(
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        print_blob=True,
+    )
+    settings.register_profile(CI_PROFILE, max_examples=6, **common)
+    settings.register_profile(THOROUGH_PROFILE, max_examples=60, **common)
+
+
+def world_sizes(min_size: int = 1, max_size: int = 8) -> st.SearchStrategy[int]:
+    """World sizes in ``[min_size, max_size]``, shrinking towards ``min_size``."""
+    return st.integers(min_value=min_size, max_value=max_size)
+
+
+def seeds() -> st.SearchStrategy[int]:
+    """Root seeds, shrinking towards 0."""
+    return st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def faults(
+    names: Sequence[str],
+    failpoints: Sequence[str],
+    *,
+    kinds: Sequence[str] = DEFAULT_KINDS,
+    max_hit: int = 5,
+    delays: Sequence[float] = (0.001, 0.01, 0.05),
+) -> st.SearchStrategy[Fault]:
+    """One failpoint fault aimed at one of ``names``."""
+    for kind in kinds:
+        if kind not in FAILPOINT_KINDS:
+            raise ValueError(f"strategy kinds must be failpoint kinds {FAILPOINT_KINDS}, got {kind!r}")
+
+    @st.composite
+    def one(draw: Callable) -> Fault:
+        kind = draw(st.sampled_from(list(kinds)))
+        target = draw(st.sampled_from(list(names)))
+        point = draw(st.sampled_from(list(failpoints)))
+        hit = draw(st.integers(min_value=1, max_value=max_hit))
+        if kind == "delay":
+            return Fault(kind, target, point, hit, repeat=True, arg=draw(st.sampled_from(list(delays))))
+        return Fault(kind, target, point, hit)
+
+    return one()
+
+
+def fault_plans(
+    names: Sequence[str],
+    failpoints: Sequence[str],
+    *,
+    max_faults: int = 2,
+    **fault_options: object,
+) -> st.SearchStrategy[FaultPlan]:
+    """Plans of up to ``max_faults`` faults, shrinking towards the empty plan."""
+    return st.lists(
+        faults(names, failpoints, **fault_options),  # type: ignore[arg-type]
+        max_size=max_faults,
+        unique_by=lambda f: (f.target, f.point, f.kind),
+    ).map(lambda fs: FaultPlan(tuple(fs)))
+
+
+@dataclass(frozen=True)
+class WorldCase:
+    """One world Hypothesis chose: its size, names, fault plan and seed."""
+
+    world_size: int
+    names: tuple[str, ...]
+    faults: FaultPlan
+    seed: int
+
+    def repro(self, *, scenario: str | None = None, entry: str | None = None, **config: object) -> Repro:
+        return Repro(world_size=self.world_size, seed=self.seed, scenario=scenario, entry=entry,
+                     names=self.names, faults=str(self.faults), config=dict(config))
+
+
+def worlds(
+    names: Callable[[int], Sequence[str]] | None = None,
+    failpoints: Sequence[str] = (),
+    *,
+    min_size: int = 1,
+    max_size: int = 8,
+    max_faults: int = 2,
+    **fault_options: object,
+) -> st.SearchStrategy[WorldCase]:
+    """Whole worlds: size first (so it shrinks first), then names, plan, seed.
+
+    ``names(world_size)`` gives the worker names (default ``worker{rank}``);
+    with no ``failpoints`` the plans are empty.
+    """
+    name_fn = names or (lambda n: tuple(f"worker{r}" for r in range(n)))
+
+    @st.composite
+    def build(draw: Callable) -> WorldCase:
+        size = draw(world_sizes(min_size, max_size))
+        worker_names = tuple(name_fn(size))
+        plan = (
+            draw(fault_plans(worker_names, failpoints, max_faults=max_faults, **fault_options))
+            if failpoints and max_faults
+            else FaultPlan()
+        )
+        return WorldCase(size, worker_names, plan, draw(seeds()))
+
+    return build()
+
+
+def scenario_worlds(module: object, *, max_size: int = 4, **options: object) -> st.SearchStrategy[WorldCase]:
+    """Worlds for a scenario module: its names, failpoints and minimum size."""
+    return worlds(
+        module.names,  # type: ignore[attr-defined]
+        module.FAILPOINTS,  # type: ignore[attr-defined]
+        min_size=module.MIN_WORLD_SIZE,  # type: ignore[attr-defined]
+        max_size=max_size,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def world_settings(**overrides: object) -> settings:
+    """Settings for a property test of worlds: the ``rpc-ci`` profile unless
+    the command line loaded ``rpc-thorough`` (``--hypothesis-profile``)."""
+    register_profiles()
+    loaded = getattr(settings, "_current_profile", None)
+    name = THOROUGH_PROFILE if loaded == THOROUGH_PROFILE else CI_PROFILE
+    return settings(settings.get_profile(name), **overrides)  # type: ignore[arg-type]

@@ -1,0 +1,85 @@
+"""Fault plans: text form, round trips, and a clear error per bad spec."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import Fault, FaultPlan, FaultPlanError
+from harness import strategies as hs
+from harness.faults import RETRYABLE_MESSAGE_TYPES
+
+
+def test_the_documented_examples_parse():
+    plan = FaultPlan.parse("kill:trainer2@trainer.step#3, delay:observer1@observer.step=0.2s")
+    assert plan.faults == (
+        Fault("kill", "trainer2", "trainer.step", 3),
+        Fault("delay", "observer1", "observer.step", 1, True, 0.2),
+    )
+    assert str(plan) == "kill:trainer2@trainer.step#3,delay:observer1@observer.step#1+=0.2s"
+
+
+def test_defaults_and_units():
+    hang, slow, fail, late, boom = FaultPlan.parse(
+        "hang:agent@agent.select_action,delay:ps@ps.forward#2=150ms,msgfail:trainer1@RREF_USER_DELETE,"
+        "msgdelay:trainer1@PYTHON_CALL=0.05,raise:ps@ps.forward#4+=disk full"
+    )
+    assert (hang.hit, hang.repeat) == (1, False)
+    assert (slow.hit, slow.repeat, slow.seconds) == (2, False, 0.15)
+    assert fail.arg == 1
+    assert late.seconds == 0.05
+    assert (boom.hit, boom.repeat, boom.arg) == (4, True, "disk full")
+    assert [boom.fires_on(h) for h in (3, 4, 5)] == [False, True, True]
+
+
+@given(hs.fault_plans(["agent", "observer1", "observer2"], ["agent.select_action", "observer.step"], max_faults=4,
+                      kinds=("delay", "kill", "raise", "hang")))
+def test_text_form_round_trips(plan):
+    assert FaultPlan.parse(str(plan)) == plan
+
+
+@given(st.sampled_from(RETRYABLE_MESSAGE_TYPES), st.integers(1, 5))
+def test_message_faults_round_trip(kind, count):
+    plan = FaultPlan.parse(f"msgfail:w1@{kind}={count},msgdelay:w0@SCRIPT_CALL=0.5s")
+    assert FaultPlan.parse(str(plan)) == plan
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kill trainer2", "cannot parse fault 'kill trainer2'; expected KIND:TARGET@POINT"),
+        ("explode:w0@x.step", "unknown fault kind 'explode' in 'explode:w0@x.step'; allowed kinds: delay, kill, raise, hang, msgfail, msgdelay"),
+        ("kill:w0@x.step#0", "hit must be >= 1"),
+        ("delay:w0@x.step", "delay needs a duration"),
+        ("delay:w0@x.step=fast", "bad duration 'fast'"),
+        ("delay:w0@x.step=99999s", "duration in seconds (0..3600)"),
+        ("kill:w0@x.step=3", "kill takes no =ARG"),
+        ("msgfail:w0@PYTHON_CALL", "msgfail cannot use message type 'PYTHON_CALL'; allowed: RREF_FORK_REQUEST"),
+        ("msgdelay:w0@NOT_A_TYPE=1s", "msgdelay cannot use message type 'NOT_A_TYPE'"),
+        ("msgfail:w0@RREF_USER_DELETE#2", "msgfail takes no #HIT"),
+        ("msgfail:w0@RREF_USER_DELETE=x", "msgfail's count must be a whole number"),
+        ("kill:w0@9bad", "bad failpoint name '9bad'"),
+    ],
+)
+def test_each_bad_spec_names_the_token_and_what_is_allowed(text, message):
+    with pytest.raises(FaultPlanError) as caught:
+        FaultPlan.parse(text, where="--faults")
+    assert str(caught.value).startswith("--faults: ")
+    assert message in str(caught.value)
+
+
+def test_validation_against_the_world():
+    plan = FaultPlan.parse("kill:trainer9@trainer.step")
+    with pytest.raises(FaultPlanError, match="unknown worker 'trainer9'; this world's workers are ps, trainer1"):
+        plan.validate(["ps", "trainer1"])
+    with pytest.raises(FaultPlanError, match="unknown failpoint 'trainer.step'; known failpoints: ps.forward"):
+        FaultPlan.parse("kill:ps@trainer.step").validate(["ps"], failpoints=["ps.forward"])
+    with pytest.raises(FaultPlanError, match="different counts"):
+        FaultPlan.parse("msgfail:ps@RREF_USER_DELETE=1,msgfail:ps@RREF_FORK_REQUEST=2").validate(["ps"])
+
+
+def test_kill_targets():
+    plan = FaultPlan.parse("kill:a@x#2,delay:b@x=1ms,kill:c@y")
+    assert plan.kill_targets() == {"a", "c"}
+    assert plan.for_target("b") == (Fault("delay", "b", "x", 1, True, 0.001),)

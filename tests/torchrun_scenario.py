@@ -1,0 +1,112 @@
+"""A tiny module of the scenario shape for tests/test_torchrun.py.
+
+Rank 0 (``owner``) holds a weight matrix; every other rank (``worker{k}``)
+runs a few steps of real RPC and distributed autograd against it: it sends
+its input to the owner, which multiplies it by the weight, and backpropagates
+through the RPC with ``dist_autograd.backward``. The gradients of the weight
+(fetched from the owner) and of the input (local) come back as records, and
+:func:`baseline` computes the same numbers with plain autograd in one process.
+The weight never changes, so the gradients do not depend on how the workers'
+RPCs interleave.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+import harness
+
+NAME = "tiny"
+FAILPOINTS = ("tiny.step",)
+MIN_WORLD_SIZE = 2
+OWNER = "owner"
+
+
+@dataclass(frozen=True)
+class Config:
+    steps: int = 3
+    dim: int = 4
+    scale: float = 1.0  # multiplies the loss: a knob for the --set tests
+
+
+def names(world_size: int) -> tuple[str, ...]:
+    """``owner``, then ``worker1`` .. ``worker{world_size-1}``."""
+    if world_size < MIN_WORLD_SIZE:
+        raise ValueError(f"tiny needs world_size >= {MIN_WORLD_SIZE}, got {world_size}")
+    return (OWNER, *(f"worker{k}" for k in range(1, world_size)))
+
+
+def initial_weight(seed: int, dim: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(harness.derive_seed(seed, "weight"))
+    return torch.randn(dim, dim, generator=gen)
+
+
+def inputs(seed: int, worker: str, step: int, dim: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(harness.derive_seed(seed, "input", worker, step))
+    return torch.randn(2, dim, generator=gen)
+
+
+_weight: torch.Tensor | None = None
+_lock = threading.Lock()
+
+
+def _owner_weight(dim: int) -> torch.Tensor:
+    # Created on first use, from the world seed: a worker's first RPC may
+    # arrive before the owner's entry has even started.
+    global _weight
+    with _lock:
+        if _weight is None:
+            ctx = harness.current_context()
+            _weight = initial_weight(ctx.world_seed, dim).requires_grad_()
+        return _weight
+
+
+def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
+    harness.failpoint("tiny.step")
+    return torch.tanh(x @ _owner_weight(dim))
+
+
+def _weight_grad(context_id: int, dim: int) -> torch.Tensor:
+    return dist_autograd.get_gradients(context_id)[_owner_weight(dim)]
+
+
+def entry(ctx, config: Config) -> dict:
+    """Owner: report its seeded RNG draw. Workers: train-free steps of
+    forward over RPC, distributed backward, gradients back."""
+    record = {"name": ctx.name, "seed": ctx.seed, "rand": torch.rand(3)}
+    if ctx.name == OWNER:
+        return record
+    steps = []
+    for step in range(config.steps):
+        x = inputs(ctx.world_seed, ctx.name, step, config.dim).requires_grad_()
+        with dist_autograd.context() as cid:
+            y = rpc.rpc_sync(OWNER, _forward, args=(x, config.dim))
+            loss = config.scale * (y**2).sum()
+            dist_autograd.backward(cid, [loss])
+            grads = {
+                "weight": rpc.rpc_sync(OWNER, _weight_grad, args=(cid, config.dim)),
+                "input": dist_autograd.get_gradients(cid)[x],
+            }
+        steps.append({"loss": loss.item(), "grads": grads})
+    record["steps"] = steps
+    return record
+
+
+def baseline(config: Config, world_size: int, seed: int) -> dict[str, list[dict]]:
+    """Every worker's steps, computed in one process with plain autograd."""
+    out = {}
+    for worker in names(world_size)[1:]:
+        steps = []
+        for step in range(config.steps):
+            weight = initial_weight(seed, config.dim).requires_grad_()
+            x = inputs(seed, worker, step, config.dim).requires_grad_()
+            loss = config.scale * (torch.tanh(x @ weight) ** 2).sum()
+            loss.backward()
+            steps.append({"loss": loss.item(), "grads": {"weight": weight.grad, "input": x.grad}})
+        out[worker] = steps
+    return out
