@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass
 from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 import torch  # noqa: F401  (preloaded in the forkserver: this is the point)
 import torch.distributed.autograd  # noqa: F401
@@ -126,40 +127,41 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     return _shutdown_when_told(conn, events)
 
 
-def _init_rpc(boot: Boot, ctx: RankContext) -> None:
-    init_method = "file://" + os.path.join(boot.workdir, "store")
-    mine = boot.faults.for_target(ctx.name)
+def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple[Any, Any]:
+    """``(backend, options)`` for ``rpc.init_rpc``: plain TensorPipe, or torch's
+    FaultyTensorPipe agent when the plan (or schedule fuzzing) delays or fails
+    this rank's messages. Shared by the harness's ranks and harness.torchrun."""
+    mine = ctx.faults.for_target(ctx.name)
     to_fail = sorted({f.point for f in mine if f.kind == "msgfail"})
     to_delay = {f.point: f.seconds for f in mine if f.kind == "msgdelay"}
-    if boot.fuzz:
+    if ctx.fuzz:
         # Schedule fuzzing also slows this rank's sends of each user message
         # type by a seeded amount: the same seed, the same delays.
         for kind in ("PYTHON_CALL", "PYTHON_REMOTE_CALL", "SCRIPT_CALL", "SCRIPT_REMOTE_CALL"):
-            rng_seed = derive_seed(boot.seed, "fuzz-msg", boot.rank, kind)
-            to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * boot.fuzz)
+            rng_seed = derive_seed(ctx.world_seed, "fuzz-msg", ctx.rank, kind)
+            to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * ctx.fuzz)
     if to_fail or to_delay:
         import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
 
         options = faulty.FaultyTensorPipeRpcBackendOptions(
             num_worker_threads=8,
-            rpc_timeout=boot.rpc_timeout,
+            rpc_timeout=rpc_timeout,
             init_method=init_method,
             messages_to_fail=to_fail,
             messages_to_delay=to_delay,
             num_fail_sends=max([int(f.arg) for f in mine if f.kind == "msgfail"] or [0]),
         )
-        rpc.init_rpc(
-            ctx.name,
-            backend=rpc.backend_registry.BackendType.FAULTY_TENSORPIPE,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            rpc_backend_options=options,
-        )
-        return
+        return rpc.backend_registry.BackendType.FAULTY_TENSORPIPE, options
     options = rpc.TensorPipeRpcBackendOptions(
-        init_method=init_method, rpc_timeout=boot.rpc_timeout, num_worker_threads=16
+        init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=16
     )
-    rpc.init_rpc(ctx.name, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
+    return rpc.backend_registry.BackendType.TENSORPIPE, options
+
+
+def _init_rpc(boot: Boot, ctx: RankContext) -> None:
+    init_method = "file://" + os.path.join(boot.workdir, "store")
+    backend, options = rpc_backend(ctx, init_method, boot.rpc_timeout)
+    rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
 
 
 def _shutdown_when_told(conn: Connection, events: EventLog) -> int:

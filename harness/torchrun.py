@@ -20,8 +20,15 @@ a world run here can be compared gradient for gradient with the same seed run
 by :func:`harness.run_world`.
 
 ``--scenario`` takes ``rl``, ``rnn``, ``ps`` or the dotted name of any module
-of the scenario shape (``names(world_size)``, ``entry(ctx[, config])``,
-optionally ``Config``, ``FAILPOINTS``).
+of the scenario shape (``NAME``, ``names(world_size)``, ``entry(ctx[,
+config])``, optionally ``Config``, ``FAILPOINTS``, ``STEPS_FIELD``).
+Without torchrun, set the four variables yourself and start one process per
+rank: rank 0 then hosts the store on ``MASTER_PORT``.
+
+After its entry every rank sends rank 0 its report (return value, error,
+host, pid) and waits for rank 0's word on how to shut down: gracefully only
+when every rank reported success, since a graceful shutdown waits for every
+peer, as in the harness.
 
 Networking: when ``MASTER_ADDR`` is a loopback address every rank is on this
 host, and TensorPipe and Gloo are pinned to ``lo`` as in the harness. Across
@@ -35,7 +42,9 @@ and has no per-rank deadline, so "dead ranks are the killed ranks" cannot be
 judged; use :func:`harness.run_world` or ``rpc-harness run`` for those. The
 other faults (``delay``, ``raise``, ``msgfail``, ``msgdelay``) work as in the
 harness. Every rank arms its own deadline (``--deadline``): past it, it dumps
-every thread's stack to stderr and exits, so a hung world ends on its own.
+every thread's stack to stderr and exits, so a hung world ends on its own
+(``kill -USR1 PID`` dumps a rank's stacks at any time). A rank dies with the
+torchrun agent that started it, even one killed by SIGKILL.
 """
 
 from __future__ import annotations
@@ -65,10 +74,11 @@ import torch
 import torch.distributed.rpc as rpc
 
 from . import context
+from ._rank import rpc_backend
 from .context import RankContext
 from .errors import FaultPlanError, HarnessError
 from .faults import FaultPlan
-from .seeds import derive_seed, seed_everything
+from .seeds import seed_everything
 
 DEFAULT_DEADLINE = 300.0
 LEADER = 0  # the rank that collects every rank's report and writes the summary
@@ -216,35 +226,6 @@ def pin_loopback(master_addr: str) -> bool:
     return True
 
 
-def backend_options(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple[Any, Any]:
-    """``(backend, options)`` for ``rpc.init_rpc``: plain TensorPipe, or torch's
-    FaultyTensorPipe agent when the plan (or schedule fuzzing) delays or fails
-    this rank's messages. The same choice harness/_rank.py makes."""
-    mine = ctx.faults.for_target(ctx.name)
-    to_fail = sorted({f.point for f in mine if f.kind == "msgfail"})
-    to_delay = {f.point: f.seconds for f in mine if f.kind == "msgdelay"}
-    if ctx.fuzz:
-        for kind in ("PYTHON_CALL", "PYTHON_REMOTE_CALL", "SCRIPT_CALL", "SCRIPT_REMOTE_CALL"):
-            rng_seed = derive_seed(ctx.world_seed, "fuzz-msg", ctx.rank, kind)
-            to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * ctx.fuzz)
-    if to_fail or to_delay:
-        import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
-
-        options = faulty.FaultyTensorPipeRpcBackendOptions(
-            num_worker_threads=8,
-            rpc_timeout=rpc_timeout,
-            init_method=init_method,
-            messages_to_fail=to_fail,
-            messages_to_delay=to_delay,
-            num_fail_sends=max([int(f.arg) for f in mine if f.kind == "msgfail"] or [0]),
-        )
-        return rpc.backend_registry.BackendType.FAULTY_TENSORPIPE, options
-    options = rpc.TensorPipeRpcBackendOptions(
-        init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=16
-    )
-    return rpc.backend_registry.BackendType.TENSORPIPE, options
-
-
 # -- reports, gathered on the leader -----------------------------------------------------
 
 
@@ -346,7 +327,7 @@ def run_rank(args: RunArgs, env: LaunchEnv) -> int:
     context._current = ctx
     seed_everything(ctx.seed)
 
-    backend, options = backend_options(ctx, INIT_METHOD, rpc_timeout=args.deadline)
+    backend, options = rpc_backend(ctx, INIT_METHOD, rpc_timeout=args.deadline)
     rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
 
     report = _run_entry(module, ctx, config)
@@ -418,6 +399,10 @@ def _lead(
     if args.out:
         write_outputs(args.out, summary, [reports[r].value if r in reports else None for r in range(ctx.world_size)])
     print(summary["headline"], flush=True)
+    if not ok:
+        # A non-graceful shutdown drops replies still in flight: give the
+        # verdicts just sent a moment to leave, so the followers hear it.
+        time.sleep(0.2)
     rpc.shutdown(graceful=ok)
     return 0 if ok else 1
 
