@@ -33,7 +33,8 @@ from .faults import FaultPlan
 from .result import RankOutcome, WorldResult
 from .spec import WorldSpec, make_spec
 
-_PRELOAD = ["harness._rank"]
+# torch._dynamo: the first optimizer a rank builds imports it (~1 s a rank).
+_PRELOAD = ["harness._rank", "torch._dynamo"]
 _STACK_WAIT = 2.0  # seconds to wait for every rank's stack dump at the deadline
 
 
