@@ -328,9 +328,14 @@ class _Supervisor:
         for rank in sorted(self.running):
             self.procs[rank].join(10)
             code = self.procs[rank].exitcode
-            self.outcomes[rank].exitcode = code
+            outcome = self.outcomes[rank]
+            outcome.exitcode = code
             if code is not None and code < 0:
-                self.outcomes[rank].signal = _signal_name(-code)
+                outcome.signal = _signal_name(-code)
+            # Its kill fault may have fired just before a peer's report of the
+            # death stopped the world: the fault event is written before SIGKILL.
+            if outcome.status == R.STOPPED and outcome.signal == "SIGKILL" and self._plan_killed(rank):
+                outcome.status = R.KILLED
         self.running.clear()
         for conn in self.conns:
             conn.close()

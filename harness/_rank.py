@@ -30,7 +30,7 @@ import torch.distributed.rpc as rpc
 
 from . import context
 from .context import EventLog, RankContext
-from .faults import FaultPlan
+from .faults import MESSAGE_KINDS, FaultPlan
 from .seeds import derive_seed, seed_everything
 from .spec import EntryRef
 
@@ -140,7 +140,10 @@ def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple
         for kind in ("PYTHON_CALL", "PYTHON_REMOTE_CALL", "SCRIPT_CALL", "SCRIPT_REMOTE_CALL"):
             rng_seed = derive_seed(ctx.world_seed, "fuzz-msg", ctx.rank, kind)
             to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * ctx.fuzz)
-    if to_fail or to_delay:
+    # One backend per world: plain TensorPipe's init joins a Gloo group that the
+    # faulty backend never creates, so a world that mixed them would deadlock in
+    # init_rpc. Ranks without message faults get the faulty agent with nothing armed.
+    if ctx.fuzz or any(f.kind in MESSAGE_KINDS for f in ctx.faults):
         import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
 
         options = faulty.FaultyTensorPipeRpcBackendOptions(

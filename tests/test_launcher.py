@@ -126,8 +126,9 @@ def test_a_raise_fault_fails_the_world_attributed_to_its_rank():
 
 def test_an_unpicklable_return_value_is_a_clear_failure():
     result = harness.run_world(worlds.returns_unpicklable, world_size=2, check=False)
-    assert {r.rank for r in result.failures} == {0, 1}
-    assert "return value cannot be sent back" in result[0].error
+    # Both ranks fail alike; the first report stops the world, so one or both are listed.
+    assert result.failures and {r.rank for r in result.failures} <= {0, 1}
+    assert all("return value cannot be sent back" in r.error for r in result.failures)
 
 
 def test_ranks_listen_on_loopback_only():
