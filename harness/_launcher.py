@@ -33,8 +33,10 @@ from .faults import FaultPlan
 from .result import RankOutcome, WorldResult
 from .spec import WorldSpec, make_spec
 
-# torch._dynamo: the first optimizer a rank builds imports it (~1 s a rank).
-_PRELOAD = ["harness._rank", "torch._dynamo"]
+# Imported once in the forkserver instead of once per rank: torch._dynamo (the
+# first optimizer a rank builds imports it, ~1 s) and torch.distributed.optim
+# (DistributedOptimizer; it pulls in fsdp/dtensor, ~1.5 s).
+_PRELOAD = ["harness._rank", "torch._dynamo", "torch.distributed.optim"]
 _STACK_WAIT = 2.0  # seconds to wait for every rank's stack dump at the deadline
 
 

@@ -80,8 +80,7 @@ with warnings.catch_warnings():
 from torch.distributed.rpc import RRef
 
 import harness
-from harness import Fault, FaultPlan, WorldSpecError, derive_seed, failpoint
-from harness.faults import MESSAGE_KINDS
+from harness import FaultPlan, WorldSpecError, derive_seed, failpoint
 from harness.gradcheck import compare, raise_mismatches
 
 from ._common import ScenarioReport
@@ -631,7 +630,7 @@ def run(
         if fuzz:
             repro += f", fuzz={fuzz!r}"
         repro += ")"
-    plan_faults = _one_backend(FaultPlan.coerce(faults, where="rnn.run(faults=...)"), all_names)
+    plan_faults = FaultPlan.coerce(faults, where="rnn.run(faults=...)")
     harness.preload(__name__)
     started = time.monotonic()
     world = harness.run_world(
@@ -673,26 +672,6 @@ def run(
         report.outcome_note = "not checked: no trainer finished"
     report.duration = time.monotonic() - started
     return report
-
-
-def _one_backend(plan: FaultPlan, all_names: Sequence[str]) -> FaultPlan:
-    """The plan, with a no-op message fault (a 0 s ``msgdelay``) for every rank
-    that has none when some rank has one.
-
-    Works around a harness bug: a rank with message faults joins with torch's
-    FAULTY_TENSORPIPE backend and the others with TENSORPIPE, whose init also
-    builds a Gloo group the faulty backend never joins, so such a world
-    deadlocks in ``init_rpc`` until its deadline. A message fault on every rank
-    puts them all on the faulty backend. Remove once the harness picks one
-    backend per world.
-    """
-    targets = {f.target for f in plan if f.kind in MESSAGE_KINDS}
-    if not targets:
-        return plan
-    pad = tuple(
-        Fault("msgdelay", n, "RREF_USER_DELETE", arg=0.0) for n in all_names if n not in targets
-    )
-    return FaultPlan(plan.faults + pad)
 
 
 def _killed_servers(world: Any, plan: Layout) -> list[str]:

@@ -40,8 +40,11 @@ def seeded(ctx):
     return (ctx.world_seed, torch.rand(1).item())
 
 def prints_then_raises(ctx):
-    print(f"log line of {ctx.name}")
-    raise RuntimeError(f"bad {ctx.name}")
+    print(f"log line of {ctx.name}", flush=True)
+    if ctx.rank == 0:
+        time.sleep(0.5)  # let worker1's line land before the world stops
+        raise RuntimeError(f"bad {ctx.name}")
+    time.sleep(30)
 """
 
 
@@ -106,6 +109,7 @@ def test_failures_show_each_ranks_output_as_a_report_section(pytester):
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert re.search(r"-+ rpc rank 0 \(worker0\) \[raised\] -+", out)
+    assert re.search(r"-+ rpc rank 1 \(worker1\) \[stopped\] -+", out)
     assert "log line of worker1" in out
     assert "RuntimeError: bad worker0" in out
     assert "rpc-harness replay" in out
