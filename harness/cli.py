@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--world-size", "-n", type=int, action="append", help="world size; repeat for several (default: each scenario's)")
     run.add_argument("--seed", type=int, default=None, help="root seed (default: random, printed)")
     run.add_argument("--faults", default="", help="fault plan, e.g. kill:trainer2@trainer.step#3")
-    run.add_argument("--steps", type=int, default=None, help="training budget: episodes (rl), epochs (rnn), steps per trainer (ps)")
+    run.add_argument("--steps", type=int, default=None, help="training budget: episodes (rl), epochs (rnn), batches per trainer (ps)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario config field")
     run.add_argument("--deadline", type=float, default=300.0, help="deadline of each world in seconds (default: 300)")
     run.add_argument("--fuzz", type=float, default=0.0, help="schedule fuzzing: largest seeded delay in seconds (default: off)")

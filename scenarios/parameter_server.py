@@ -62,6 +62,7 @@ PS_NAME = "parameter_server"
 FAILPOINTS = ("trainer.step", "ps.forward", "optimizer.step")
 MIN_WORLD_SIZE = 2
 DEFAULT_WORLD_SIZE = 3
+STEPS_FIELD = "batches"  # the training budget the CLI's --steps sets
 
 _POLL = 0.1  # seconds between the server's checks on unfinished trainers
 _PING_TIMEOUT = 5.0  # a live but busy trainer answers long before this
