@@ -13,7 +13,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def test_run_writes_table_traces_curves_and_summary(tmp_path, capsys):
     code = main(["run", "ps", "-n", "3", "--steps", "4", "--seed", "1",
-                 "--faults", "kill:trainer2@trainer.step#2", "--out", str(tmp_path)])
+                 "--faults", "delay:trainer2@trainer.step#2=0.001s", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "scenario  world  steps  outcome metric" in out
@@ -22,7 +22,7 @@ def test_run_writes_table_traces_curves_and_summary(tmp_path, capsys):
     tracks = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
     assert tracks == {0: "rank 0 (parameter_server)", 1: "rank 1 (trainer1)", 2: "rank 2 (trainer2)"}
     faults = [e for e in trace["traceEvents"] if e.get("cat") == "fault"]
-    assert [(e["pid"], e["args"]["fault"]) for e in faults] == [(2, "kill:trainer2@trainer.step#2")]
+    assert [(e["pid"], e["args"]["fault"]) for e in faults] == [(2, "delay:trainer2@trainer.step#2=0.001s")]
     assert all({"ph", "pid", "tid", "name"} <= set(e) for e in trace["traceEvents"])
     assert any(e["ph"] == "X" and e["name"] == "entry" for e in trace["traceEvents"])
     assert (tmp_path / "ps-w3.curves.svg").read_text().startswith("<svg")
