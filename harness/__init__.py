@@ -5,7 +5,7 @@ import torch in the forkserver, and ``pytest --help`` stays fast.
 """
 
 from ._launcher import launch, preload, raise_for_failures, run_world
-from .context import RankContext, current_context, failpoint
+from .context import RankContext, current_context, failpoint, progress
 from .errors import (
     FaultPlanError,
     GradientMismatch,
@@ -17,6 +17,7 @@ from .errors import (
     WorldTimeout,
 )
 from .faults import Fault, FaultPlan
+from .progress import Progress, ProgressBar
 from .result import RankOutcome, WorldResult
 from .seeds import derive_seed
 from .spec import DEFAULT_DEADLINE, WorldSpec, make_spec
@@ -29,6 +30,8 @@ __all__ = [
     "GradientMismatch",
     "HarnessError",
     "InjectedFault",
+    "Progress",
+    "ProgressBar",
     "RankContext",
     "RankOutcome",
     "ReplayError",
@@ -43,6 +46,7 @@ __all__ = [
     "launch",
     "make_spec",
     "preload",
+    "progress",
     "raise_for_failures",
     "run_world",
 ]

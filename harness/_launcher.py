@@ -11,6 +11,7 @@ deadline collects every rank's stacks before it kills them.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import linecache
 import multiprocessing
@@ -30,6 +31,7 @@ from typing import Any
 from . import result as R
 from .errors import WorldFailed, WorldTimeout
 from .faults import FaultPlan
+from .progress import WORLD_ENDED, WORLD_UP, Progress
 from .result import RankOutcome, WorldResult
 from .spec import WorldSpec, make_spec
 
@@ -105,6 +107,7 @@ def run_world(
     env: Mapping[str, str] | None = None,
     repro: str = "",
     check: bool = True,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> WorldResult:
     """Run ``entry(ctx, *args, **kwargs)`` in every rank of a fresh RPC world.
 
@@ -112,6 +115,8 @@ def run_world(
     an unexpected failure of any rank raises :class:`WorldFailed` (or
     :class:`WorldTimeout` at the deadline) listing every failed rank;
     otherwise the :class:`WorldResult` is returned as it is.
+    ``on_progress`` is called in this process with every
+    :class:`~harness.progress.Progress` the ranks report, as they report it.
     """
     spec = make_spec(
         entry,
@@ -127,7 +132,7 @@ def run_world(
         env=env,
         repro=repro,
     )
-    result = launch(spec)
+    result = launch(spec, on_progress=on_progress)
     if check:
         raise_for_failures(result)
     return result
@@ -141,10 +146,17 @@ def raise_for_failures(result: WorldResult) -> None:
         raise WorldFailed(result)
 
 
-def launch(spec: WorldSpec, *, keep_workdir: bool = False) -> WorldResult:
-    """Run one world described by a validated spec; always returns a result."""
+def launch(
+    spec: WorldSpec,
+    *,
+    keep_workdir: bool = False,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> WorldResult:
+    """Run one world described by a validated spec; always returns a result
+    (unless ``on_progress`` raises: then every rank is killed and the error
+    goes on)."""
     workdir = tempfile.mkdtemp(prefix="rpc-world-")
-    supervisor = _Supervisor(spec, workdir)
+    supervisor = _Supervisor(spec, workdir, on_progress)
     try:
         supervisor.run()
     finally:
@@ -158,9 +170,13 @@ def launch(spec: WorldSpec, *, keep_workdir: bool = False) -> WorldResult:
 
 
 class _Supervisor:
-    def __init__(self, spec: WorldSpec, workdir: str) -> None:
+    def __init__(
+        self, spec: WorldSpec, workdir: str, on_progress: Callable[[Progress], None] | None = None
+    ) -> None:
         self.spec = spec
         self.workdir = workdir
+        self.on_progress = on_progress
+        self.ready: set[int] = set()
         self.outcomes = [RankOutcome(rank, name) for rank, name in enumerate(spec.names)]
         self.procs: list[Any] = []
         self.conns: list[Any] = []
@@ -207,6 +223,11 @@ class _Supervisor:
         # loaded machine), which is not the world's time to spend.
         self._watch(time.monotonic() + self.spec.deadline)
         self.ended = time.monotonic()
+        self._tell(Progress(None, "world", note=WORLD_ENDED))
+
+    def _tell(self, update: Progress) -> None:
+        if self.on_progress is not None:
+            self.on_progress(dataclasses.replace(update, elapsed=time.monotonic() - self.started))
 
     # -- watch ----------------------------------------------------------------
     def _watch(self, deadline_at: float) -> None:
@@ -241,6 +262,13 @@ class _Supervisor:
         kind = message[0]
         if kind == "ready":
             outcome.phase = "entry"
+            self.ready.add(rank)
+            if len(self.ready) == len(self.outcomes):
+                self._tell(Progress(None, "world", note=WORLD_UP))
+        elif kind == "progress":
+            _, done, total, unit, metrics = message
+            outcome.progress = (done, total, unit)
+            self._tell(Progress(rank, outcome.name, done, total, unit, metrics))
         elif kind == "done":
             outcome.phase = "done"
             outcome.value = message[1]

@@ -19,6 +19,7 @@ import sys
 import threading
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
@@ -28,7 +29,7 @@ import torch  # noqa: F401  (preloaded in the forkserver: this is the point)
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import context
+from . import _rpc_record, context
 from .context import EventLog, RankContext
 from .faults import MESSAGE_KINDS, FaultPlan
 from .seeds import derive_seed, seed_everything
@@ -101,6 +102,11 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     )
     context._current = ctx
     seed_everything(ctx.seed)
+    # Progress may be reported from RPC handler threads while the main thread
+    # sends its own messages: one lock keeps the pipe's messages whole.
+    send = _locked_sender(conn)
+    ctx.progress_sink = _best_effort(send)
+    _rpc_record.install(events, ctx.names)  # before the entry's module binds the names
 
     phase = "starting"
     try:
@@ -108,23 +114,25 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         args, kwargs = pickle.loads(boot.payload)
         _init_rpc(boot, ctx)
         events.write("init_rpc")
-        conn.send(("ready",))
+        send(("ready",))
         phase = "entry"
         events.write("entry_start")
         value = entry(ctx, *args, **kwargs)
+        ctx.flush_progress()
         events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
+        ctx.flush_progress()
         events.write("raised", error=_one_line(error), phase=phase)
-        conn.send(_failure_message(error, phase))
+        send(_failure_message(error, phase))
         _shutdown_quietly()
         return 1
     try:
-        conn.send(("done", value))
+        send(("done", value))
     except Exception as error:  # an unpicklable return value
-        conn.send(("raised", "result", f"TypeError: the entry's return value cannot be sent back: {error}", "", None))
+        send(("raised", "result", f"TypeError: the entry's return value cannot be sent back: {error}", "", None))
         _shutdown_quietly()
         return 1
-    return _shutdown_when_told(conn, events)
+    return _shutdown_when_told(conn, send, events, ctx)
 
 
 def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple[Any, Any]:
@@ -167,19 +175,44 @@ def _init_rpc(boot: Boot, ctx: RankContext) -> None:
     rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
 
 
-def _shutdown_when_told(conn: Connection, events: EventLog) -> int:
+def _shutdown_when_told(
+    conn: Connection, send: Callable[[tuple], None], events: EventLog, ctx: RankContext
+) -> int:
     message = conn.recv()  # ("shutdown", graceful)
     graceful = bool(message[1])
+    ctx.flush_progress()  # what its RPC handlers reported since the entry returned
     events.write("shutdown_start", graceful=graceful)
     try:
         rpc.shutdown(graceful=graceful)
     except BaseException as error:  # noqa: BLE001
         events.write("raised", error=_one_line(error), phase="shutdown")
-        conn.send(_failure_message(error, "shutdown"))
+        send(_failure_message(error, "shutdown"))
         return 1
     events.write("shutdown_done")
-    conn.send(("shut",))
+    send(("shut",))
     return 0
+
+
+def _locked_sender(conn: Connection) -> Callable[[tuple], None]:
+    lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        with lock:
+            conn.send(message)
+
+    return send
+
+
+def _best_effort(send: Callable[[tuple], None]) -> Callable[[tuple], None]:
+    # Progress is not worth failing an RPC handler for: once the supervisor
+    # stopped listening (the world is being torn down) it is dropped.
+    def send_progress(message: tuple) -> None:
+        try:
+            send(message)
+        except (OSError, EOFError):
+            pass
+
+    return send_progress
 
 
 def _failure_message(error: BaseException, phase: str) -> tuple:

@@ -1,9 +1,10 @@
-"""What a rank's code sees: its identity, its seeds, failpoints and events.
+"""What a rank's code sees: its identity, its seeds, failpoints, events and progress.
 
 ``entry(ctx)`` receives a :class:`RankContext`. Code running inside a rank but
 far from ``entry`` (an RPC handler, a remote module) reaches the same object
-through :func:`current_context`, and hits failpoints with :func:`failpoint`,
-which is a no-op outside a world.
+through :func:`current_context`, hits failpoints with :func:`failpoint` and
+reports how far it has come with :func:`progress`; both are no-ops outside a
+world, so the same code runs in a single-process baseline.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import InjectedFault
 from .faults import FAILPOINT_KINDS, Fault, FaultPlan
+from .progress import check_progress
 from .seeds import derive_seed, rank_seed
 
 _current: RankContext | None = None
+PROGRESS_INTERVAL = 0.05  # seconds: fast enough for a bar, cheap in a tight loop
 
 
 def current_context() -> RankContext | None:
@@ -34,6 +37,14 @@ def failpoint(name: str) -> None:
     ctx = _current
     if ctx is not None:
         ctx.failpoint(name)
+
+
+def progress(done: int, total: int, unit: str = "steps", **metrics: float) -> None:
+    """Report that ``done`` of ``total`` units of this rank's work are done,
+    with optional numeric ``metrics`` (e.g. ``loss=0.4``); no-op outside a world."""
+    ctx = _current
+    if ctx is not None:
+        ctx.progress(done, total, unit, **metrics)
 
 
 class EventLog:
@@ -85,6 +96,10 @@ class RankContext:
                 self._armed.setdefault(fault.point, []).append(fault)
         self._hits: dict[str, int] = {}
         self._lock = threading.Lock()
+        # Where progress goes besides the event log: the supervisor's pipe.
+        self.progress_sink: Callable[[tuple], None] | None = None
+        self._progress_sent = 0.0
+        self._progress_pending: tuple | None = None
 
     def __repr__(self) -> str:
         return f"RankContext(rank={self.rank}, name={self.name!r}, world_size={self.world_size}, world_seed={self.world_seed})"
@@ -101,6 +116,36 @@ class RankContext:
     def event(self, name: str, **data: Any) -> None:
         """Record a named event on this rank's timeline."""
         self._events.write("event", name=name, **data)
+
+    def progress(self, done: int, total: int, unit: str = "steps", **metrics: float) -> None:
+        """Report that ``done`` of ``total`` units of this rank's work are done.
+
+        Reports come at most every PROGRESS_INTERVAL seconds (the last one
+        and a finished one always): a loop may call this every iteration."""
+        values = check_progress(done, total, unit, metrics)
+        update = (done, total, unit, values)
+        with self._lock:
+            now = time.monotonic()
+            if done < total and now - self._progress_sent < PROGRESS_INTERVAL:
+                self._progress_pending = update
+                return
+            self._progress_sent = now
+            self._progress_pending = None
+        self._send_progress(update)
+
+    def flush_progress(self) -> None:
+        """Send the last report that was held back (the harness calls this
+        when the entry ends)."""
+        with self._lock:
+            update, self._progress_pending = self._progress_pending, None
+        if update is not None:
+            self._send_progress(update)
+
+    def _send_progress(self, update: tuple) -> None:
+        done, total, unit, values = update
+        self._events.write("progress", done=done, total=total, unit=unit, metrics=values)
+        if self.progress_sink is not None:
+            self.progress_sink(("progress", done, total, unit, values))
 
     def hits(self) -> dict[str, int]:
         """How often each armed or fuzzed failpoint was reached so far."""

@@ -35,6 +35,7 @@ class RankOutcome:
     stacks: str = ""
     events: list[dict] = field(default_factory=list)
     phase: str = "starting"  # the last phase it was seen in: starting, entry, shutdown, done
+    progress: tuple[int, int, str] | None = None  # its last report: (done, total, unit)
 
     @property
     def failed(self) -> bool:
@@ -59,12 +60,21 @@ class RankOutcome:
             if self.status == RAISED:
                 how = f"raised {self.error} (during {self.phase})"
             elif self.status == HUNG:
-                how = f"hung: still in {self.phase} at the deadline"
+                how = f"hung: still in {self.phase}{self._where()} at the deadline"
             elif self.signal:
-                how = f"killed by {self.signal} during {self.phase}; the fault plan did not kill it"
+                how = f"killed by {self.signal} during {self.phase}{self._where()}; the fault plan did not kill it"
             else:
-                how = f"exited with code {self.exitcode} during {self.phase} without reporting a result"
+                how = (f"exited with code {self.exitcode} during {self.phase}{self._where()} "
+                       "without reporting a result")
         return f"{self.label}: {how}"
+
+    def _where(self) -> str:
+        # How far it had come, when its code reported progress: a hang at
+        # 12/24 batches reads differently from one at 0/24.
+        if self.progress is None or self.phase != "entry":
+            return ""
+        done, total, unit = self.progress
+        return f" (after {done}/{total} {unit})"
 
 
 @dataclass

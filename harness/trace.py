@@ -1,7 +1,9 @@
 """A world's timeline as Chrome trace-event JSON (Perfetto, chrome://tracing).
 
-One track per rank: its phases (init_rpc, entry, shutdown) as spans, faults
-fired, failpoint fuzz delays, user events and its death as instants.
+One track per rank: its phases (init_rpc, entry, shutdown) as spans, the
+RPCs it issued as async spans, faults fired, failpoint fuzz delays, user
+events and its death as instants, and what it reported through
+``harness.progress`` as counters.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
         for event in rank.events:
             first.setdefault(event["kind"], event)
         last_t = max((e["t"] for e in rank.events), default=origin)
+        rpc_names: dict[int, str] = {}
         for begin, end, name in _SPANS:
             if begin in first:
                 stop = first[end]["t"] if end in first else last_t
@@ -50,6 +53,17 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
                 name, cat = event["name"], "user"
             elif kind == "raised":
                 name, cat = f"raised {event['error']}", "error"
+            elif kind == "progress":
+                out += _counters(pid, us(event["t"]), event)
+                continue
+            elif kind == "rpc_begin":
+                rpc_names[event["id"]] = f"{event['api']} -> {event['to']}: {event['func']}"
+                out.append(_rpc_edge("b", pid, us(event["t"]), event, rpc_names))
+                continue
+            elif kind == "rpc_end":
+                if event["id"] in rpc_names:
+                    out.append(_rpc_edge("e", pid, us(event["t"]), event, rpc_names))
+                continue
             else:
                 continue
             args = {k: v for k, v in event.items() if k not in ("t", "rank", "kind", "tid")}
@@ -59,6 +73,28 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
             out.append({"ph": "i", "s": "p", "name": f"end: {rank.describe()}", "cat": "death",
                         "pid": pid, "tid": 0, "ts": us(last_t)})
     return out
+
+
+def _counters(pid: int, ts: float, event: dict[str, Any]) -> list[dict[str, Any]]:
+    # One counter track for the work done, one per metric: Perfetto draws
+    # each as a step line under the rank's track.
+    out = [{"ph": "C", "name": f"progress ({event['unit']})", "cat": "progress", "pid": pid,
+            "tid": 0, "ts": ts, "args": {"done": event["done"], "total": event["total"]}}]
+    for metric, value in event.get("metrics", {}).items():
+        out.append({"ph": "C", "name": metric, "cat": "progress", "pid": pid, "tid": 0, "ts": ts,
+                    "args": {metric: value}})
+    return out
+
+
+def _rpc_edge(ph: str, pid: int, ts: float, event: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
+    # Async ("b"/"e") rather than complete events: RPCs overlap each other
+    # freely, which complete events on one thread may not. Async ids are
+    # global to the trace, hence the rank in them.
+    edge = {"ph": ph, "cat": "rpc", "id": f"{pid}.{event['id']}", "name": names[event["id"]],
+            "pid": pid, "tid": 0, "ts": ts}
+    if ph == "e" and event.get("error"):
+        edge["args"] = {"error": event["error"]}
+    return edge
 
 
 def write_trace(result: WorldResult, path: str) -> str:

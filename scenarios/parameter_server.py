@@ -37,6 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -640,6 +641,7 @@ def _train(ctx: harness.RankContext, config: Config, where: dict[str, Any]) -> d
     rref = net.param_server_rref
     ctx.event("ps.optimizer_ready")
     losses = []
+    ctx.progress(0, config.batches, "batches")
     for i, (data, target) in enumerate(trainer_batches(config, ctx.world_seed, ctx.name)):
         where.update(batch=i, phase="starting the step")
         ctx.failpoint("trainer.step")
@@ -672,6 +674,7 @@ def _train(ctx: harness.RankContext, config: Config, where: dict[str, Any]) -> d
             where["phase"] = "releasing the step lease"
             remote_method(ParameterServer.end_step, rref, ctx.name, i, cid, loss.item())
             losses.append(loss.item())
+            ctx.progress(len(losses), config.batches, "batches", loss=losses[-1])
     ctx.event("ps.training_done", batches=len(losses))
     where.update(batch=None, phase="waiting for the other trainers")
     remote_method_async(ParameterServer.trainer_done, rref, ctx.name)
@@ -820,11 +823,13 @@ def run(
     deadline: float = 60.0,
     fuzz: float = 0.0,
     repro: str = "",
+    on_progress: Callable[[harness.Progress], None] | None = None,
 ) -> ScenarioReport:
     """Run the scenario in a real world, replay it in the baseline, compare.
 
     Never raises for a failed world: the report says what went wrong
     (``contract_ok``/``contract_note``), and :func:`check` raises on it.
+    ``on_progress`` gets every trainer's batches as they are applied.
     """
     started = time.monotonic()
     all_names = names(world_size)
@@ -844,6 +849,7 @@ def run(
         fuzz=fuzz,
         repro=repro,
         check=False,
+        on_progress=on_progress,
     )
     report = ScenarioReport(
         scenario=NAME,

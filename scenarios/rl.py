@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -53,7 +53,7 @@ from torch import nn
 from torch.distributed.rpc import RRef
 from torch.distributions import Categorical
 
-from harness import derive_seed, failpoint, preload, run_world
+from harness import Progress, derive_seed, failpoint, preload, progress, run_world
 from harness.gradcheck import compare, raise_mismatches
 from harness.result import KILLED
 from scenarios._common import ScenarioReport
@@ -407,6 +407,8 @@ class Agent:
             episode = self.start_episode()
             run_episode(self, episode)
             episodes.append(self.finish_episode())
+            # A no-op in the baseline, which runs outside any world.
+            progress(episode, self.config.episodes, "episodes", running_reward=self.running_reward)
             if self.running_reward > self.reward_threshold:
                 solved_at = episode
                 if self.config.stop_when_solved:
@@ -572,10 +574,12 @@ def run(
     deadline: float = 60.0,
     fuzz: float = 0.0,
     repro: str = "",
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> ScenarioReport:
     """Run the scenario in a world, run the baseline, compare every episode's
     gradients, judge the outcome and the fault contract. Never raises for a
-    failed world: the report says what happened."""
+    failed world: the report says what happened. ``on_progress`` gets the
+    agent's episodes as they finish."""
     started = time.monotonic()
     if not repro:
         repro = default_repro(config, world_size, seed, faults, fuzz)
@@ -590,6 +594,7 @@ def run(
         fuzz=fuzz,
         repro=repro,
         check=False,
+        on_progress=on_progress,
     )
     records = world.values[0] if isinstance(world.values[0], Records) else None
     report = ScenarioReport(

@@ -62,7 +62,7 @@ import re
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -497,6 +497,8 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
     ctx.event("model_ready")
     criterion = nn.CrossEntropyLoss()
     steps = []
+    total = config.epochs * len(data)
+    ctx.progress(0, total, "steps")
     for epoch in range(config.epochs):
         hidden = _init_hidden(config)
         for data_batch, target in data:
@@ -518,6 +520,7 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
                     "params": model.parameters_by_owner(),
                 }
             )
+            ctx.progress(len(steps), total, "steps", loss=float(loss))
         ctx.event(
             "epoch",
             epoch=epoch,
@@ -616,11 +619,13 @@ def run(
     deadline: float = 60.0,
     fuzz: float = 0.0,
     repro: str = "",
+    on_progress: Callable[[harness.Progress], None] | None = None,
 ) -> ScenarioReport:
     """Run the scenario in a real world, run the baseline, compare every
     gradient, parameter and loss, check the outcome (the loss falls) and the
     fault contract. A failed world is reported, never raised; bad arguments
-    (world size, fault plan) raise before anything starts."""
+    (world size, fault plan) raise before anything starts. ``on_progress``
+    gets every trainer's steps as they are taken."""
     all_names = names(world_size)
     plan = layout(world_size)
     if not repro:
@@ -644,6 +649,7 @@ def run(
         fuzz=fuzz,
         repro=repro,
         check=False,
+        on_progress=on_progress,
     )
     report = ScenarioReport(
         scenario=NAME,

@@ -96,3 +96,61 @@ def sleep_forever(ctx, pid_dir):
     with open(os.path.join(pid_dir, f"{ctx.rank}.pid"), "w") as file:
         file.write(str(os.getpid()))
     time.sleep(600)
+
+
+def report_progress(rank):
+    """Report from an RPC handler thread, not from the entry."""
+    harness.progress(1, 1, "calls", handled_by=float(rank))
+    return rank
+
+
+def progress_main_and_handler(ctx):
+    """Rank 0 reports 5 items from its entry and asks rank 1 to report from
+    a handler; rank 1's entry reports nothing itself."""
+    if ctx.rank == 0:
+        for i in range(5):
+            harness.progress(i + 1, 5, "items", loss=1.0 / (i + 1))
+        rpc.rpc_sync(ctx.names[1], report_progress, args=(1,))
+    return ctx.rank
+
+
+def progress_in_a_tight_loop(ctx):
+    for i in range(20_000):
+        ctx.progress(i + 1, 20_000, "iterations")
+    return ctx.rank
+
+
+def progress_beyond_total(ctx):
+    ctx.progress(5, 3, "items")
+
+
+def progress_then_hang(ctx):
+    ctx.progress(3, 10, "items")
+    if ctx.rank == 1:
+        time.sleep(600)
+    return ctx.rank
+
+
+def boom():
+    raise KeyError("no such key")
+
+
+def issue_rpcs(ctx):
+    """Rank 0 issues one RPC of each API, and one that fails remotely."""
+    if ctx.rank == 0:
+        peer = ctx.names[1]
+        rpc.rpc_sync(peer, add, args=(1, 2))
+        rpc.rpc_async(peer, add, args=(3, 4)).wait()
+        rpc.remote(peer, add, args=(5, 6)).to_here()
+        try:
+            rpc.rpc_sync(peer, boom)
+        except Exception:  # noqa: BLE001 - the failure is what the trace must show
+            pass
+    return ctx.rank
+
+
+def pid_then_progress_then_sleep(ctx, pid_dir):
+    with open(os.path.join(pid_dir, f"{ctx.rank}.pid"), "w") as file:
+        file.write(str(os.getpid()))
+    ctx.progress(1, 2, "items")
+    time.sleep(600)

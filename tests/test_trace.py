@@ -1,0 +1,82 @@
+"""The trace of a world: RPC spans, progress counters, one track per rank."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import worlds
+
+import harness
+from harness.trace import trace_events, write_trace
+
+
+def test_every_rpc_api_call_is_a_span_on_the_callers_track_with_failures_marked(tmp_path):
+    result = harness.run_world(worlds.issue_rpcs, 2, seed=1, deadline=60)
+    events = trace_events(result)
+    begins = [e for e in events if e["ph"] == "b"]
+    ends = {e["id"]: e for e in events if e["ph"] == "e"}
+    assert [(e["pid"], e["name"]) for e in begins] == [
+        (0, "rpc_sync -> worker1: add"),
+        (0, "rpc_async -> worker1: add"),
+        (0, "remote -> worker1: add"),
+        (0, "rpc_sync -> worker1: boom"),
+    ]
+    assert len({e["id"] for e in begins}) == 4 and set(ends) == {e["id"] for e in begins}
+    for begin in begins:
+        end = ends[begin["id"]]
+        assert end["name"] == begin["name"] and end["cat"] == begin["cat"] == "rpc"
+        assert end["ts"] >= begin["ts"]
+    failed = [ends[b["id"]] for b in begins if "boom" in b["name"]]
+    assert "KeyError" in failed[0]["args"]["error"]
+    assert all("args" not in ends[b["id"]] for b in begins if "boom" not in b["name"])
+    # The document on disk is plain JSON a trace viewer opens.
+    document = json.loads(open(write_trace(result, str(tmp_path / "w.trace.json"))).read())
+    assert len([e for e in document["traceEvents"] if e["ph"] == "b"]) == 4
+
+
+def test_progress_reports_become_counters_on_the_reporting_ranks_track():
+    result = harness.run_world(worlds.progress_main_and_handler, 2, seed=1, deadline=60)
+    counters = [e for e in trace_events(result) if e["ph"] == "C"]
+    done = [(e["pid"], e["args"]["done"]) for e in counters if e["name"] == "progress (items)"]
+    assert done[-1] == (0, 5) and {pid for pid, _ in done} == {0}
+    losses = [e["args"]["loss"] for e in counters if e["name"] == "loss"]
+    assert losses[-1] == 0.2
+    handler = [e for e in counters if e["name"] == "progress (calls)"]
+    assert [(e["pid"], e["args"]) for e in handler] == [(1, {"done": 1, "total": 1})]
+
+
+class _Log:
+    def __init__(self):
+        self.records = []
+
+    def write(self, kind, **data):
+        self.records.append((kind, data))
+
+
+def test_rpc_recording_stops_at_its_cap_and_says_so():
+    from harness._rpc_record import _Recorder
+
+    log = _Log()
+    calls = []
+    sync = _Recorder(log, ("a", "b"), cap=2).wrap("rpc_sync", lambda to, func, args=(): calls.append(to) or 7)
+    assert [sync(1, len, args=((),)) for _ in range(4)] == [7, 7, 7, 7]
+    assert calls == [1, 1, 1, 1]  # every call still goes through
+    kinds = [kind for kind, _ in log.records]
+    assert kinds == ["rpc_begin", "rpc_end", "rpc_begin", "rpc_end", "event"]
+    assert log.records[0][1] == {"id": 1, "api": "rpc_sync", "to": "b", "func": "len"}
+    assert log.records[-1][1] == {"name": "rpc recording stopped after 2 calls"}
+
+
+def test_a_failing_call_is_recorded_and_raised_unchanged():
+    from harness._rpc_record import _Recorder
+
+    log = _Log()
+
+    def fails(to, func, args=()):
+        raise TimeoutError("peer gone")
+
+    sync = _Recorder(log, ("a",), cap=10).wrap("rpc_sync", fails)
+    with pytest.raises(TimeoutError, match="^peer gone$"):
+        sync("a", worlds.add, args=(1, 2))
+    assert log.records[-1] == ("rpc_end", {"id": 1, "error": "TimeoutError: peer gone"})
