@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import FaultPlanError, HarnessError, ReplayError, WorldSpecError
+from .progress import ProgressBar
 from .repro import Repro, decode
 from .seeds import fresh_seed
 
@@ -56,13 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario config field")
     run.add_argument("--deadline", type=float, default=300.0, help="deadline of each world in seconds (default: 300)")
     run.add_argument("--fuzz", type=float, default=0.0, help="schedule fuzzing: largest seeded delay in seconds (default: off)")
-    run.add_argument("--out", default=None, help="folder for traces, curves and a JSON summary of every world")
+    run.add_argument("--out", default=None, help="folder for traces, timelines, curves and a JSON summary of every world")
+    run.add_argument("--progress", choices=("auto", "live", "lines", "off"), default="auto",
+                     help="progress bars: redrawn in place (live), a line per quarter (lines), none (off); "
+                          "auto: live on a terminal, lines otherwise")
     run.set_defaults(func=cmd_run)
 
     replay = sub.add_parser("replay", help="run a failing world again from its repro token")
     replay.add_argument("token", help="the token printed after 'rpc-harness replay'")
     replay.add_argument("--deadline", type=float, default=300.0, help="deadline of the world in seconds")
-    replay.add_argument("--out", default=None, help="folder for the trace and curves")
+    replay.add_argument("--out", default=None, help="folder for the trace, timeline and curves")
+    replay.add_argument("--progress", choices=("auto", "live", "lines", "off"), default="auto",
+                        help="progress bar style, as for run")
     replay.set_defaults(func=cmd_replay)
 
     bench = sub.add_parser("bench", help="measure world bring-up, failure latency, failpoint overhead, scenarios")
@@ -89,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for size in sizes:
             repro = Repro(world_size=size, seed=seed, scenario=name, names=tuple(module.names(size)),
                           faults=args.faults, fuzz=args.fuzz, config=overrides)
-            report = run_scenario(module, repro, deadline=args.deadline)
+            report = run_scenario(module, repro, deadline=args.deadline, progress=args.progress)
             rows.append(report)
             failed |= not report.ok
             _print_outcome(report, repro)
@@ -99,27 +105,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(summary_table(rows))
     if args.out:
         _write_summary(args.out, rows, seed)
-        print(f"\nwrote traces, curves and summary.json to {args.out}")
+        print(f"\nwrote traces, timelines, curves and summary.json to {args.out}")
     return 1 if failed else 0
 
 
-def run_scenario(module: Any, repro: Repro, *, deadline: float) -> Any:
-    """Run one scenario world described by ``repro``, with a live status line."""
+def run_scenario(module: Any, repro: Repro, *, deadline: float, progress: str = "auto") -> Any:
+    """Run one scenario world described by ``repro``, with a progress bar."""
     config = _config(module, repro.config)
     label = f"{module.NAME} (world {repro.world_size}, seed {repro.seed}{', faults ' + repro.faults if repro.faults else ''})"
     print(f"  running {label} ...", flush=True)
+    bar = None
+    if progress != "off":
+        live = {"live": True, "lines": False}.get(progress)
+        bar = ProgressBar(f"{module.NAME} w{repro.world_size}", live=live,
+                          after_world="comparing with the single-process baseline")
     started = time.monotonic()
-    report = module.run(
-        config,
-        world_size=repro.world_size,
-        seed=repro.seed,
-        faults=repro.faults or None,
-        deadline=deadline,
-        fuzz=repro.fuzz,
-        repro=repro.command(),
-    )
+    try:
+        report = module.run(
+            config,
+            world_size=repro.world_size,
+            seed=repro.seed,
+            faults=repro.faults or None,
+            deadline=deadline,
+            fuzz=repro.fuzz,
+            repro=repro.command(),
+            on_progress=bar,
+        )
+    except BaseException:
+        if bar is not None:
+            bar.finish("interrupted")
+        raise
     if not report.duration:
         report.duration = time.monotonic() - started
+    if bar is not None:
+        bar.finish("ok" if report.ok else "FAILED")
     return report
 
 
@@ -161,12 +180,15 @@ def summary_table(reports: Sequence[Any]) -> str:
 
 def _write_outputs(folder: str, report: Any, repro: Repro) -> None:
     from .plots import write_curves
+    from .timeline import write_timeline
     from .trace import write_trace
 
     os.makedirs(folder, exist_ok=True)
     stem = os.path.join(folder, f"{report.scenario}-w{report.world_size}")
     if report.world is not None:
-        write_trace(report.world, stem + ".trace.json")
+        trace = write_trace(report.world, stem + ".trace.json")
+        write_timeline(trace, stem + ".timeline.svg",
+                       title=f"{report.scenario}, world {report.world_size}, seed {repro.seed}")
     series = {"distributed": list(report.history)}
     if report.baseline_history:
         series["baseline"] = list(report.baseline_history)
@@ -202,7 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     module = _load(repro.scenario or "")
     print(f"rpc-harness replay: {repro.scenario}, world {repro.world_size}, seed {repro.seed}"
           + (f", faults {repro.faults}" if repro.faults else "") + (f", fuzz {repro.fuzz}" if repro.fuzz else ""))
-    report = run_scenario(module, repro, deadline=args.deadline)
+    report = run_scenario(module, repro, deadline=args.deadline, progress=args.progress)
     _print_outcome(report, repro)
     if args.out:
         _write_outputs(args.out, report, repro)

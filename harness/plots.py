@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from xml.sax.saxutils import escape, quoteattr
+
+from . import _svg
+from ._svg import FONT
 
 WIDTH, HEIGHT = 640, 400
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 72, 24, 64, 48
@@ -31,9 +33,6 @@ STYLES = (
     ("#8c564b", "1 2"),
 )
 MARKERS_UP_TO = 40  # series this short also get a dot per point
-FONT = "font-family=\"sans-serif\""
-# Characters XML 1.0 cannot hold at all, escaped or not.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def write_curves(path: str, title: str, metric_name: str, series: Mapping[str, Sequence[float]]) -> str:
@@ -48,9 +47,9 @@ def write_curves(path: str, title: str, metric_name: str, series: Mapping[str, S
 
 def render_curves(title: str, metric_name: str, series: Mapping[str, Sequence[float]]) -> str:
     """The SVG document :func:`write_curves` writes."""
-    title, metric_name = _xml_text(title), _xml_text(metric_name)
+    title, metric_name = _svg.xml_text(title), _svg.xml_text(metric_name)
     # A list, not a dict: two names may read the same once made XML-safe.
-    clean = [(_xml_text(str(name)), [_as_float(v) for v in values]) for name, values in series.items()]
+    clean = [(_svg.xml_text(str(name)), [_as_float(v) for v in values]) for name, values in series.items()]
     finite = [v for _, values in clean for v in values if math.isfinite(v)]
     steps = max((len(values) for _, values in clean), default=0)
 
@@ -77,7 +76,7 @@ def render_curves(title: str, metric_name: str, series: Mapping[str, Sequence[fl
     ]
     # Grid and ticks first, so the lines are drawn over them.
     out.append('<g class="y-axis">')
-    decimals = _decimals(y_ticks)
+    decimals = _svg.decimals(y_ticks)
     for value in y_ticks:
         y = py(value)
         out.append(f'<line x1="{left}" y1="{y:.2f}" x2="{right}" y2="{y:.2f}" stroke="#e5e5e5"/>')
@@ -165,7 +164,7 @@ def _x_axis(steps: int) -> tuple[float, float, list[float]]:
     """Steps are numbered from 1. A single step sits in the middle."""
     if steps <= 1:
         return 0.5, 1.5, [1.0]
-    size = int(_nice_step((steps - 1) / 6, integer=True))
+    size = int(_svg.nice_step((steps - 1) / 6, integer=True))
     ticks = [float(t) for t in range(size, steps + 1, size) if t > 1]
     if not ticks or ticks[0] - 1 >= 0.75 * size:  # mark step 1 unless a tick crowds it
         ticks.insert(0, 1.0)
@@ -178,38 +177,13 @@ def _y_axis(lo: float, hi: float) -> tuple[float, float, list[float]]:
         pad = abs(lo) * 0.1 or 1.0
         lo, hi = max(lo - pad, -sys.float_info.max), min(hi + pad, sys.float_info.max)
     try:
-        step = _nice_step((hi / 2 - lo / 2) / 2.5)  # the span / 5, without overflowing
-        ticks = [_tidy(k * step) for k in range(math.floor(lo / step), math.ceil(hi / step) + 1)]
+        step = _svg.nice_step((hi / 2 - lo / 2) / 2.5)  # the span / 5, without overflowing
+        ticks = [_svg.tidy(k * step) for k in range(math.floor(lo / step), math.ceil(hi / step) + 1)]
     except OverflowError:
         ticks = []
     if len(ticks) < 2 or not all(math.isfinite(t) for t in ticks):
         return lo, hi, [lo, hi]  # near the float limit: mark the ends only
     return ticks[0], ticks[-1], ticks
-
-
-def _nice_step(raw: float, *, integer: bool = False) -> float:
-    """The smallest 1, 2, 2.5 or 5 times a power of ten that is >= ``raw``."""
-    if raw <= 0 or not math.isfinite(raw):
-        return 1.0
-    magnitude = 10.0 ** math.floor(math.log10(raw))
-    for mantissa in (1.0, 2.0, 2.5, 5.0, 10.0):
-        step = mantissa * magnitude
-        if step >= raw * (1 - 1e-9) and not (integer and step != int(step)):
-            return max(step, 1.0) if integer else step
-    return 10.0 * magnitude
-
-
-def _tidy(value: float) -> float:
-    """k * step without the float noise (0.30000000000000004 -> 0.3)."""
-    return float(f"{value:.12g}") + 0.0  # + 0.0 turns -0.0 into 0.0
-
-
-def _decimals(ticks: Sequence[float]) -> int:
-    """The fewest decimals that write every tick exactly (0.25 needs 2)."""
-    for decimals in range(10):
-        if all(abs(float(f"{t:.{decimals}f}") - t) <= 1e-9 * max(1.0, abs(t)) for t in ticks):
-            return decimals
-    return 10
 
 
 def _label(value: float, decimals: int) -> str:
@@ -219,10 +193,6 @@ def _label(value: float, decimals: int) -> str:
 
 
 # -- data --------------------------------------------------------------------------------------
-
-
-def _xml_text(text: str) -> str:
-    return _NOT_XML.sub("\ufffd", text)
 
 
 def _as_float(value: object) -> float:

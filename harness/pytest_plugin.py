@@ -245,9 +245,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
                 text += f"\n--- stacks at the deadline\n{rank.stacks.rstrip()}"
             if text.strip():
                 report.sections.append((f"{prefix}rank {rank.rank} ({rank.name}) [{rank.status}]", text))
-        trace = _write_trace(item, index, result)
-        if trace:
-            report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}"))
+        written = _write_trace(item, index, result)
+        if written:
+            trace, timeline = written
+            report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}\n"
+                                                      f"Timeline picture: {timeline}"))
     seed = item.config.stash[_session_seed_key]
     replay = f"pytest {shlex.quote(item.nodeid)} {SEED_OPTION}={seed}"
     report.sections.append(("rpc-harness replay", replay))
@@ -265,22 +267,22 @@ def _token_command(spec: Any) -> str:
                  faults=str(spec.faults), fuzz=spec.fuzz, path=path).command()
 
 
-def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> str | None:
-    """Write the failing world's timeline as a Chrome trace; None if the
-    trace writer is unavailable."""
-    try:
-        from .trace import write_trace
-    except ImportError:
-        return None
+def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[str, str] | None:
+    """Write the failing world's Chrome trace and its SVG picture; None if
+    the folder cannot be written (the report has everything else)."""
     import re
+
+    from .timeline import write_timeline
+    from .trace import write_trace
 
     folder = item.config.getoption("rpc_trace_dir") or item.config.getini("rpc_trace_dir") or os.path.join(
         str(item.config.rootpath), ".rpc-harness", "traces"
     )
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:150]
-    path = os.path.join(folder, f"{name}.world{index}.trace.json")
+    path = os.path.join(folder, f"{name}.world{index}")
     try:
-        write_trace(result, path)
+        trace = write_trace(result, path + ".trace.json")
+        timeline = write_timeline(trace, path + ".timeline.svg", title=item.nodeid)
     except OSError:
         return None
-    return path
+    return trace, timeline

@@ -269,3 +269,38 @@ def test_sleeps(rpc_world):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_failing_world_leaves_a_trace_and_its_picture_named_in_the_report(pytester):
+    pytester.makepyfile(
+        ENTRIES
+        + """
+def test_ok(rpc_world):
+    rpc_world.run(ok, world_size=2)
+
+def test_rank1_dies(rpc_world):
+    rpc_world.run(rank1_dies, world_size=3)
+"""
+    )
+    traces = pytester.path / "traces"
+    result = run(pytester, f"--rpc-trace-dir={traces}")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    trace = re.search(r"Chrome trace \(open in Perfetto\): (\S+)", out)
+    picture = re.search(r"Timeline picture: (\S+)", out)
+    assert trace and picture, out
+    # Only the failing world is written, where the option said.
+    assert sorted(p.name for p in traces.iterdir()) == sorted(
+        [os.path.basename(trace[1]), os.path.basename(picture[1])]
+    )
+    assert "test_rank1_dies" in trace[1]
+    import json
+    import xml.etree.ElementTree as ET
+
+    events = json.loads(open(trace[1]).read())["traceEvents"]
+    tracks = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert tracks == {0: "rank 0 (worker0)", 1: "rank 1 (worker1)", 2: "rank 2 (worker2)"}
+    deaths = [e for e in events if e.get("cat") == "death" and e["pid"] == 1]
+    assert deaths and "SIGKILL" in deaths[0]["name"]
+    svg = ET.parse(picture[1]).getroot()
+    assert svg.tag.endswith("svg") and "rank 1 (worker1)" in ET.tostring(svg, encoding="unicode")
