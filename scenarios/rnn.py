@@ -57,7 +57,6 @@ hold no user RRefs, so ``msgfail:trainer@RREF_FORK_REQUEST`` and
 from __future__ import annotations
 
 import contextlib
-import pickle
 import re
 import time
 import warnings
@@ -526,16 +525,8 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
             epoch=epoch,
             loss=sum(float(s["loss"]) for s in steps[-len(data) :]) / len(data),
         )
-    # Plain pickle, sent as bytes: the harness's pipe pickles with torch's
-    # multiprocessing reductions, which move every tensor through its own
-    # shared-memory segment -- ~0.3 s for this run's thousand small tensors.
-    return {"trainer": ctx.name, "steps": len(steps), "records": pickle.dumps(steps)}
-
-
-def unpack(value: dict[str, Any]) -> dict[str, Any]:
-    """A trainer rank's return value as records: ``{"trainer", "steps": [...]}``,
-    each step ``{"epoch", "loss", "grads", "params"}``."""
-    return {"trainer": value["trainer"], "steps": pickle.loads(value["records"])}
+    # Records: each step {"epoch", "loss", "grads", "params"}.
+    return {"trainer": ctx.name, "steps": steps}
 
 
 # -- the baseline -----------------------------------------------------------------------
@@ -664,7 +655,7 @@ def run(
     _check_contract(report, world, plan)
 
     records = {
-        r.name: unpack(r.value)
+        r.name: r.value
         for r in world.ranks
         if r.name in plan.trainers and r.status == "ok" and isinstance(r.value, dict)
     }

@@ -29,6 +29,8 @@ def test_run_writes_table_traces_curves_and_summary(tmp_path, capsys):
     assert all({"ph", "pid", "tid", "name"} <= set(e) for e in trace["traceEvents"])
     assert any(e["ph"] == "X" and e["name"] == "entry" for e in trace["traceEvents"])
     assert (tmp_path / "ps-w3.curves.svg").read_text().startswith("<svg")
+    timeline = (tmp_path / "ps-w3.timeline.svg").read_text()
+    assert timeline.startswith("<svg") and "rank 2 (trainer2)" in timeline and "trainer.step#2" in timeline
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["seed"] == 1 and summary["worlds"][0]["ok"] is True
 

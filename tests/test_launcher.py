@@ -131,6 +131,15 @@ def test_an_unpicklable_return_value_is_a_clear_failure():
     assert all("return value cannot be sent back" in r.error for r in result.failures)
 
 
+def test_a_return_value_that_cannot_be_unpickled_here_fails_its_rank_by_name():
+    result = harness.run_world(worlds.returns_what_only_ranks_can_load, world_size=2, check=False)
+    assert [r.rank for r in result.failures] == [1] and result.values[0] == 0
+    assert result[1].error == (
+        "the entry's return value cannot be unpickled here: ImportError: this class only exists in the ranks"
+    )
+    assert "rank 1 (worker1): raised the entry's return value cannot be unpickled" in result.report()
+
+
 def test_ranks_listen_on_loopback_only():
     result = harness.run_world(worlds.listening_addresses, world_size=2)
     addresses = [a for value in result.values for a in value]
