@@ -4,6 +4,7 @@
   (``torch.multiprocessing.spawn`` + ``init_rpc``), medians and ratio;
 - failure-report latency: a rank's death to the world's failure report;
 - unarmed failpoint cost, and its share of a scenario's run time;
+- what recording an RPC for the timeline adds to the call;
 - each scenario's steps per second and peak memory per rank.
 
 Timings are printed and written as JSON; they are never asserted in tests.
@@ -36,6 +37,40 @@ def die_after_mark(ctx: RankContext) -> int:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(30)
     return ctx.rank
+
+
+def _echo(x: int) -> int:
+    return x
+
+
+def rpc_pairs(ctx: RankContext, calls: int) -> dict[str, float] | None:
+    """Rank 0 times ``rpc_sync`` to rank 1 as recorded for the timeline and as
+    torch's own function, in alternating blocks so that drift hits both."""
+    import torch.distributed.rpc as rpc
+
+    if ctx.rank != 0:
+        return None
+    recorded, plain = rpc.rpc_sync, rpc.rpc_sync.__wrapped__
+    peer = ctx.names[1]
+    times = {"recorded": 0.0, "plain": 0.0}
+    for _ in range(10):
+        for label, call in (("recorded", recorded), ("plain", plain)):
+            started = time.perf_counter()
+            for i in range(calls // 10):
+                call(peer, _echo, args=(i,))
+            times[label] += time.perf_counter() - started
+    return {label: total / calls for label, total in times.items()}
+
+
+def rpc_recording_cost(calls: int = 1000) -> dict[str, float]:
+    """Per-call seconds of a recorded and a plain ``rpc_sync`` (calls stay
+    under the recording cap, past which calls are not recorded at all)."""
+    result = run_world(rpc_pairs, world_size=2, args=(calls,), deadline=120)
+    row = {"recorded_us": result.values[0]["recorded"] * 1e6, "plain_us": result.values[0]["plain"] * 1e6}
+    row["added_us"] = row["recorded_us"] - row["plain_us"]
+    print(f"  rpc_sync round trip: {row['plain_us']:.0f} us plain, {row['recorded_us']:.0f} us recorded "
+          f"({row['added_us']:+.1f} us)", flush=True)
+    return row
 
 
 def _spawn_rank(rank: int, world_size: int, init_method: str) -> None:
@@ -156,6 +191,7 @@ def run_bench(*, quick: bool, json_path: str | None, repeat: int | None) -> int:
     per_call = failpoint_cost()
     figures["unarmed_failpoint_ns"] = per_call * 1e9
     print(f"  unarmed failpoint: {per_call * 1e9:.0f} ns per call", flush=True)
+    figures["rpc_recording"] = rpc_recording_cost()
     figures["scenarios"] = [] if quick else scenarios(["rl", "rnn", "ps"], per_call)
     print()
     print(table(figures))
@@ -176,6 +212,9 @@ def table(figures: dict[str, Any]) -> str:
     lat = figures["failure_latency"]
     lines.append(f"| rank death -> failure report (median / max) | {lat['median_s'] * 1000:.0f} / {lat['max_s'] * 1000:.0f} ms | | |")
     lines.append(f"| unarmed failpoint | {figures['unarmed_failpoint_ns']:.0f} ns/call | | |")
+    rec = figures["rpc_recording"]
+    lines.append(f"| rpc_sync round trip, recorded for the timeline / plain | {rec['recorded_us']:.0f} / "
+                 f"{rec['plain_us']:.0f} us ({rec['added_us']:+.1f} us) | | |")
     for row in figures["scenarios"]:
         lines.append(f"| {row['scenario']} (world {row['world_size']}) | {row['steps_per_s']:.1f} steps/s, "
                      f"failpoints {row['failpoint_overhead_pct']:.4f}% of run time, "
