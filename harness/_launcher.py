@@ -30,6 +30,7 @@ from multiprocessing.context import ForkServerProcess, reduction, set_spawning_p
 from typing import Any
 
 from . import result as R
+from .context import read_event_lines
 from .errors import WorldFailed, WorldTimeout
 from .faults import FaultPlan
 from .progress import WORLD_ENDED, WORLD_UP, Progress
@@ -458,15 +459,7 @@ def _read_text(path: str) -> str:
 
 
 def _read_events(workdir: str, rank: int) -> list[dict]:
-    import json
-
-    events = []
-    for line in _read_text(os.path.join(workdir, f"rank{rank}.events")).splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:  # a line cut short by SIGKILL
-            continue
-    return events
+    return read_event_lines(os.path.join(workdir, f"rank{rank}.events"))
 
 
 def _signal(pid: int | None, sig: int) -> None:

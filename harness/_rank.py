@@ -106,7 +106,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     # sends its own messages: one lock keeps the pipe's messages whole.
     send = _locked_sender(conn)
     ctx.progress_sink = _best_effort(send)
-    _rpc_record.install(events, ctx.names)  # before the entry's module binds the names
+    _rpc_record.install(events, ctx.names, ctx.rank)  # before the entry's module binds the names
 
     phase = "starting"
     try:

@@ -16,7 +16,9 @@ not seen.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,11 +27,11 @@ from .context import EventLog
 DEFAULT_CAP = 2000  # RPCs recorded per rank; a long run's timeline stays readable
 
 
-def install(events: EventLog, names: Sequence[str], cap: int = DEFAULT_CAP) -> None:
+def install(events: EventLog, names: Sequence[str], rank: int, cap: int = DEFAULT_CAP) -> None:
     """Wrap the RPC API of this process so that every call is recorded."""
     import torch.distributed.rpc as rpc
 
-    recorder = _Recorder(events, tuple(names), cap)
+    recorder = _Recorder(events, tuple(names), cap, rank)
     for api in ("rpc_sync", "rpc_async", "remote"):
         original = getattr(rpc, api)
         if getattr(original, "_rpc_harness_recorded", False):
@@ -39,13 +41,15 @@ def install(events: EventLog, names: Sequence[str], cap: int = DEFAULT_CAP) -> N
 
 
 class _Recorder:
-    def __init__(self, events: EventLog, names: tuple[str, ...], cap: int) -> None:
+    def __init__(self, events: EventLog, names: tuple[str, ...], cap: int, rank: int = 0) -> None:
         self.events = events
         self.names = names
         self.cap = cap
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
         self.capped = False
+        self.rank = rank
+        self.tails: dict[tuple[str, str, str], str] = {}
 
     def wrap(self, api: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def recorded(to: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -83,13 +87,26 @@ class _Recorder:
                     self.capped = True
                     self.events.write("event", name=f"rpc recording stopped after {self.cap} calls")
                 return None
-        self.events.write("rpc_begin", id=call, api=api, to=self._peer(to), func=_describe(func, args))
+        # Encoded by hand: json.dumps of a dict per event is most of the cost.
+        key = (api, self._peer(to), _describe(func, args))
+        tail = self.tails.get(key)
+        if tail is None:
+            tail = self.tails[key] = (
+                f', "api": {json.dumps(key[0])}, "to": {json.dumps(key[1])}, "func": {json.dumps(key[2])}}}\n'
+            )
+        self.events.append(
+            f'{{"t": {time.time()!r}, "rank": {self.rank}, "tid": {threading.get_ident()}, '
+            f'"kind": "rpc_begin", "id": {call}{tail}'.encode()
+        )
         return call
 
     def _end(self, call: int, error: BaseException | None) -> None:
         try:
             if error is None:
-                self.events.write("rpc_end", id=call)
+                self.events.append(
+                    f'{{"t": {time.time()!r}, "rank": {self.rank}, "tid": {threading.get_ident()}, '
+                    f'"kind": "rpc_end", "id": {call}}}\n'.encode()
+                )
             else:
                 self.events.write("rpc_end", id=call, error=f"{type(error).__name__}: {str(error)[:200]}")
         except Exception:  # noqa: BLE001 - never fail an RPC (or a torch callback) for a record
