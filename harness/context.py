@@ -205,9 +205,13 @@ class RankContext:
             hit = self._hits[name] = self._hits.get(name, 0) + 1
         if self.fuzz:
             self._fuzz_delay(name, hit)
-        for fault in armed or ():
-            if fault.fires_on(hit):
-                self._fire(fault, hit)
+        firing = [fault for fault in armed or () if fault.fires_on(hit)]
+        if armed and not firing:
+            # The hits before (and after) the one a fault waits for: a
+            # timeline shows "kill on hit 5" as four hits, then the kill.
+            self._events.write("failpoint", point=name, hit=hit)
+        for fault in firing:
+            self._fire(fault, hit)
 
     def _fuzz_delay(self, name: str, hit: int) -> None:
         # Seeded per (rank, failpoint, hit): the same seed shakes the same way.

@@ -5,8 +5,8 @@ chrome://tracing to read. This module draws the same document as hand-written
 SVG (no dependencies) that any browser opens, fit to attach to a CI run or a
 bug report: one row per rank with its phases (init_rpc, entry, shutdown) as
 bars, the RPCs it issued in a thin lane under them (failed ones in their own
-colour), and its faults, errors, failpoint fuzz delays, user events and death
-as markers. Faults, deaths and errors are labelled, since they are what a
+colour), and its faults, hits of armed failpoints, errors, fuzz delays, user
+events and death as markers. Faults, deaths and errors are labelled, since they are what a
 reader looks for; every marker carries a ``<title>`` with its full name and
 args, shown on hover.
 
@@ -52,7 +52,7 @@ OTHER_PHASE_COLOURS = ("#b07aa1", "#9c755f", "#ff9da7", "#bab0ac", "#86bcb6", "#
 RPC_COLOUR, FAILED_RPC_COLOUR, OPEN_RPC_COLOUR = "#4e79a7", "#e377c2", "#9467bd"
 FAULT_COLOUR, ERROR_COLOUR, DEATH_COLOUR = "#d62728", "#ff7f0e", "#000000"
 FUZZ_COLOUR, USER_COLOUR = "#8c8c8c", "#3b3b98"
-MARKER_KINDS = ("death", "fault", "error", "user", "fuzz")  # the first is drawn on top
+MARKER_KINDS = ("death", "fault", "error", "user", "failpoint", "fuzz")  # the first is drawn on top
 LABELLED = ("death", "fault", "error")  # label priority, highest first
 _LABEL_FILL = {"death": DEATH_COLOUR, "fault": FAULT_COLOUR, "error": "#b34700"}
 
@@ -522,6 +522,7 @@ _GLYPH_COLOUR = {
     "error": ERROR_COLOUR,
     "user": USER_COLOUR,
     "fuzz": FUZZ_COLOUR,
+    "failpoint": FAULT_COLOUR,
 }
 
 
@@ -549,6 +550,11 @@ def _glyph(kind: str, x: float, mid: float, edge: float = BAR_HEIGHT / 2) -> str
         return (
             f'<circle cx="{x:.2f}" cy="{mid - edge:.2f}" r="2.5" fill="{colour}" stroke="white" '
             'stroke-width="0.5"/>'
+        )
+    if kind == "failpoint":  # an armed point reached on a hit its fault skips: hollow, small
+        return (
+            f'<path d="M{x:.2f},{mid - 4:.2f} l3,4 l-3,4 l-3,-4 z" fill="white" '
+            f'stroke="{colour}" stroke-width="1"/>'
         )
     return _line(x, mid + edge - 3, x, mid + edge + 2, colour, 1)  # fuzz: on the bottom edge
 
@@ -597,6 +603,7 @@ def _legend(colours: Mapping[str, str], y: float) -> tuple[list[str], float]:
         (f"rpc:{FAILED_RPC_COLOUR}", "RPC failed"),
         (f"rpc:{OPEN_RPC_COLOUR}", "RPC never answered (drawn to the rank's last event)"),
         ("fault", "fault fired"),
+        ("failpoint", "armed failpoint reached, no fault this hit"),
         ("error", "raised"),
         ("death", "rank ended (killed, died, hung, stopped)"),
         ("fuzz", "failpoint fuzz delay"),

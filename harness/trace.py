@@ -1,9 +1,9 @@
 """A world's timeline as Chrome trace-event JSON (Perfetto, chrome://tracing).
 
-One track per rank: its phases (init_rpc, entry, shutdown) as spans, the
-RPCs it issued as async spans, faults fired, failpoint fuzz delays, user
-events and its death as instants, and what it reported through
-``harness.progress`` as counters.
+One track per rank: its phases (init_rpc, entry, shutdown) as spans; the
+RPCs it issued as async spans; faults fired, hits of armed failpoints that
+fired nothing, fuzz delays, user events and its death as instants; what it
+reported through ``harness.progress`` as counters.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
             kind = event["kind"]
             if kind == "fault":
                 name, cat = f"fault {event['fault']} (hit {event['hit']})", "fault"
+            elif kind == "failpoint":
+                name, cat = f"failpoint {event['point']} (hit {event['hit']})", "failpoint"
             elif kind == "fuzz":
                 name, cat = f"fuzz {event['point']} +{event['seconds'] * 1000:.1f}ms", "fuzz"
             elif kind == "event":

@@ -271,6 +271,7 @@ def test_other_markers_fuzz_user_error_and_ignored_kinds():
     events = meta(0, "rank 0 (w0)", 0) + [
         phase(0, "entry", 0, 1000),
         instant(0, "fuzz", "fuzz w.step +1.0ms", 100, point="w.step"),
+        instant(0, "failpoint", "failpoint w.step (hit 1)", 150, point="w.step", hit=1),
         instant(0, "user", "episode", 200, n=1),
         instant(0, "error", "raised ValueError('x')", 900),
         instant(0, "mystery", "not drawn", 300),
@@ -291,6 +292,9 @@ def test_other_markers_fuzz_user_error_and_ignored_kinds():
         "rank 0 (w0): fuzz w.step +1.0ms"
     ]
     assert len(markers(row, "user")) == 1 and len(markers(row, "error")) == 1
+    assert [title_of(m).split(" at ")[0] for m in markers(row, "failpoint")] == [
+        "rank 0 (w0): failpoint w.step (hit 1)"
+    ]
     assert [t.text for t in texts(row) if t.get("class") == "label error"] == [
         "raised ValueError('x')"
     ]

@@ -109,3 +109,17 @@ def test_reading_stops_at_the_unwritten_part_and_skips_a_torn_line(tmp_path):
     path.write_bytes(b'{"kind": "start", "t": 1}\n{"kind": "fau' + b"\x00" * 64)
     assert read_event_lines(str(path)) == [{"kind": "start", "t": 1}]
     assert read_event_lines(str(tmp_path / "missing")) == []
+
+
+def test_an_armed_failpoint_shows_the_hits_before_its_fault_fires():
+    result = harness.run_world(worlds.step_three_times, 2, seed=1, deadline=60,
+                               faults="delay:worker1@test.step#3=0s")
+    track = [(e["cat"], e["name"]) for e in trace_events(result)
+             if e["ph"] == "i" and e["pid"] == 1 and e["cat"] in ("failpoint", "fault")]
+    assert track == [
+        ("failpoint", "failpoint test.step (hit 1)"),
+        ("failpoint", "failpoint test.step (hit 2)"),
+        ("fault", "fault delay:worker1@test.step#3=0s (hit 3)"),
+    ]
+    # Unarmed, rank 0's failpoints leave nothing: they cost a dict lookup.
+    assert not [e for e in trace_events(result) if e["pid"] == 0 and e.get("cat") == "failpoint"]
