@@ -2,6 +2,7 @@
 
     rpc-harness run [rl|rnn|ps|all ...] [--world-size N] [--seed S] [--faults PLAN] ...
     rpc-harness replay TOKEN
+    rpc-harness timeline TRACE.json [-o PICTURE.svg]
     rpc-harness bench [--quick] [--json PATH]
 
 Exit codes: 0 all good, 1 a scenario failed (or a replay reproduced its
@@ -70,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--progress", choices=("auto", "live", "lines", "off"), default="auto",
                         help="progress bar style, as for run")
     replay.set_defaults(func=cmd_replay)
+
+    timeline = sub.add_parser("timeline", help="draw a world's Chrome trace as an SVG timeline")
+    timeline.add_argument("trace", help="a .trace.json written by rpc-harness or its pytest plugin")
+    timeline.add_argument("-o", "--output", default=None,
+                          help="the SVG to write (default: the trace's name, ending .timeline.svg)")
+    timeline.set_defaults(func=cmd_timeline)
 
     bench = sub.add_parser("bench", help="measure world bring-up, failure latency, failpoint overhead, scenarios")
     bench.add_argument("--quick", action="store_true", help="fewer repetitions and sizes (a smoke run)")
@@ -253,6 +260,28 @@ def _replay_entry(repro: Repro, deadline: float) -> int:
         return 0
     print("replay: the failure reproduced")
     return 1
+
+
+# -- timeline ---------------------------------------------------------------------
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from .timeline import write_timeline
+
+    try:
+        with open(args.trace, encoding="utf-8") as file:
+            document = json.load(file)
+    except OSError as error:
+        raise UsageError(f"cannot read the trace {args.trace!r}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise UsageError(f"{args.trace!r} is not JSON: {error}") from None
+    if not isinstance(document, (dict, list)) or (isinstance(document, dict) and "traceEvents" not in document):
+        raise UsageError(f"{args.trace!r} is not a Chrome trace: no traceEvents")
+    stem = args.trace.removesuffix(".json").removesuffix(".trace")
+    output = args.output or stem + ".timeline.svg"
+    write_timeline(document, output, title=os.path.basename(stem))
+    print(f"wrote {output}")
+    return 0
 
 
 # -- bench ------------------------------------------------------------------------

@@ -86,3 +86,28 @@ def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):
 def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_timeline_draws_a_trace_file(tmp_path, capsys):
+    trace = tmp_path / "w.trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "rank 0 (agent)"}},
+        {"ph": "X", "name": "entry", "cat": "phase", "pid": 0, "tid": 0, "ts": 0, "dur": 1000},
+    ]}))
+    assert main(["timeline", str(trace)]) == 0
+    picture = tmp_path / "w.timeline.svg"
+    assert f"wrote {picture}" in capsys.readouterr().out
+    assert "rank 0 (agent)" in picture.read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read the trace"), ("{not json", "is not JSON"), ('{"events": []}', "no traceEvents")],
+)
+def test_timeline_names_a_bad_trace(tmp_path, capsys, content, message):
+    trace = tmp_path / "bad.trace.json"
+    if content is not None:
+        trace.write_text(content)
+    assert main(["timeline", str(trace)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad.timeline.svg").exists()
