@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .progress import Progress
     from .result import WorldResult
 
 SEED_OPTION = "--rpc-seed"
@@ -27,7 +28,7 @@ DEADLINE_HELP = "deadline in seconds of each RPC world; a world still running th
 FUZZ_OPTION = "--rpc-fuzz"
 FUZZ_HELP = "schedule fuzzing: largest seeded random delay in seconds at failpoints and message sends (default: 0, off)"
 TRACE_OPTION = "--rpc-trace-dir"
-TRACE_HELP = "folder for the Chrome trace of every failing world (default: the test's tmp path is not used; traces go to .rpc-harness/traces)"
+TRACE_HELP = "folder for the Chrome trace and timeline picture of every failing world (default: .rpc-harness/traces under the rootdir)"
 MARKER = "rpc_world"
 MARKER_HELP = (
     "rpc_world(world_size=None, names=None, deadline=None, seed=None, faults=None, fuzz=None): "
@@ -171,6 +172,7 @@ class RpcWorld:
         fuzz: float | None = None,
         env: Mapping[str, str] | None = None,
         check: bool = True,
+        on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:
         """Run one world and return its result; see :func:`harness.run_world`.
 
@@ -211,7 +213,7 @@ class RpcWorld:
         )
         if not args and not kwargs:
             spec = dataclasses.replace(spec, repro=f"{self.repro}\n    or: {_token_command(spec)}")
-        result = launch(spec)
+        result = launch(spec, on_progress=on_progress)
         self.results.append(result)
         skipped = result.skipped
         if skipped is not None and not result.failures and not result.timed_out:

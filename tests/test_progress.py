@@ -148,3 +148,10 @@ def test_a_narrow_terminal_cuts_metrics_before_the_verdict(monkeypatch):
     last = out.getvalue().rstrip("\n").split("\r")[-1]
     assert len(last.removesuffix("\x1b[K")) <= 59
     assert "FAILED" in last
+
+
+def test_the_fixture_hands_progress_on(rpc_world):
+    updates = []
+    rpc_world.run(worlds.progress_main_and_handler, world_size=2, on_progress=updates.append)
+    assert [u.done for u in updates if u.rank == 0][-1] == 5
+    assert updates[-1].note == WORLD_ENDED
