@@ -225,6 +225,11 @@ def _write_summary(folder: str, reports: Sequence[Any], seed: int) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    if args.token.isdigit():
+        raise UsageError(
+            f"{args.token} is a seed, not a repro token: run it with `rpc-harness run SCENARIO --seed "
+            f"{args.token}` (and the same -n, --faults, --steps), or in pytest with --rpc-seed={args.token}"
+        )
     repro = decode(args.token)
     if repro.entry is not None:
         return _replay_entry(repro, args.deadline)

@@ -81,6 +81,7 @@ def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):
         (["run", "ps", "--set", "nope=1"], "has no field 'nope'"),
         (["run", "ps", "--set", "batches=many"], "'many' is not a valid int"),
         (["replay", "rpch9_x"], "format version '9'"),
+        (["replay", "12345"], "12345 is a seed, not a repro token: run it with `rpc-harness run SCENARIO --seed 12345`"),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):
