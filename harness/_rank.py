@@ -25,7 +25,7 @@ from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-import torch  # noqa: F401  (preloaded in the forkserver: this is the point)
+import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
@@ -102,6 +102,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     )
     context._current = ctx
     seed_everything(ctx.seed)
+    torch.set_num_threads(intra_op_threads(dict(boot.env), ctx.world_size))
     # Progress may be reported from RPC handler threads while the main thread
     # sends its own messages: one lock keeps the pipe's messages whole.
     send = _locked_sender(conn)
@@ -137,6 +138,19 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         return 1
     send(("done", pickled))
     return _shutdown_when_told(conn, send, events, ctx)
+
+
+def intra_op_threads(env: dict[str, str], world_size: int) -> int:
+    """Torch's intra-op threads for one rank: the cores shared out among the
+    ranks (at least one), unless the world's env sets OMP_NUM_THREADS.
+
+    Each rank would otherwise start a thread per core, and N ranks on fewer
+    cores make every small op wait on spinning peers (10-50x slower); torchrun
+    defaults to OMP_NUM_THREADS=1 for the same reason. The forkserver imported
+    torch before any env was set, so the count is set here, not read by torch."""
+    if "OMP_NUM_THREADS" in env:  # validated by make_spec
+        return int(env["OMP_NUM_THREADS"])
+    return max(len(os.sched_getaffinity(0)) // world_size, 1)
 
 
 def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple[Any, Any]:

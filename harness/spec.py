@@ -151,6 +151,13 @@ def make_spec(
         raise WorldSpecError(
             f"{where}: the entry's args/kwargs cannot be pickled for the ranks: {error}"
         ) from error
+    env = dict(env or {})
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise WorldSpecError(f"{where}: env must map str to str, got {key!r}: {value!r}")
+    threads = env.get("OMP_NUM_THREADS")
+    if threads is not None and not (threads.isdigit() and int(threads) >= 1):
+        raise WorldSpecError(f"{where}: env OMP_NUM_THREADS={threads!r} is not a positive whole number")
     return WorldSpec(
         entry=ref,
         names=resolved_names,
@@ -160,7 +167,7 @@ def make_spec(
         payload=payload,
         fuzz=float(fuzz),
         repro=repro,
-        env=tuple(sorted((env or {}).items())),
+        env=tuple(sorted(env.items())),
     )
 
 

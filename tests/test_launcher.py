@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -138,6 +139,27 @@ def test_a_return_value_that_cannot_be_unpickled_here_fails_its_rank_by_name():
         "the entry's return value cannot be unpickled here: ImportError: this class only exists in the ranks"
     )
     assert "rank 1 (worker1): raised the entry's return value cannot be unpickled" in result.report()
+
+
+def test_ranks_share_the_cores_out_unless_the_env_says_otherwise():
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    assert harness.run_world(worlds.thread_count, world_size=2).values == [max(cores // 2, 1)] * 2
+    assert harness.run_world(worlds.thread_count, world_size=2 * cores + 1).values[0] == 1
+    told = harness.run_world(worlds.thread_count, world_size=2, env={"OMP_NUM_THREADS": "3"})
+    assert told.values == [3, 3]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"OMP_NUM_THREADS": "two"}, "env OMP_NUM_THREADS='two' is not a positive whole number"),
+     ({"OMP_NUM_THREADS": "0"}, "env OMP_NUM_THREADS='0' is not a positive whole number"),
+     ({"X": 1}, "env must map str to str, got 'X': 1")],
+)
+def test_a_bad_env_is_refused_before_any_rank_starts(env, message):
+    with pytest.raises(WorldSpecError, match=re.escape(message)):
+        harness.run_world(worlds.thread_count, world_size=2, env=env)
 
 
 def test_ranks_listen_on_loopback_only():

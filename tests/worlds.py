@@ -167,3 +167,7 @@ class OnlyInRanks:
 
 def returns_what_only_ranks_can_load(ctx):
     return OnlyInRanks() if ctx.rank == 1 else ctx.rank
+
+
+def thread_count(ctx):
+    return torch.get_num_threads()
