@@ -54,8 +54,8 @@ class EventLog:
     The file is memory-mapped: an event is a copy into the page cache, with
     no system call, and is in the file the moment it is written, so a
     SIGKILLed rank leaves everything up to its death behind. (A ``write(2)``
-    per event costs a GIL hand-off each, tens of microseconds in a rank whose
-    RPC threads want the GIL: too much for recording every RPC.) The mapped
+    per event also releases and retakes the GIL, which a rank's RPC threads
+    contend for; with one RPC recorded per call, that showed.) The mapped
     file is longer than its events; readers stop at the first NUL byte.
     """
 
@@ -142,6 +142,7 @@ class RankContext:
         self._lock = threading.Lock()
         # Where progress goes besides the event log: the supervisor's pipe.
         self.progress_sink: Callable[[tuple], None] | None = None
+        self._progress_lock = threading.Lock()
         self._progress_sent = 0.0
         self._progress_pending: tuple | None = None
 
@@ -168,22 +169,24 @@ class RankContext:
         and a finished one always): a loop may call this every iteration."""
         values = check_progress(done, total, unit, metrics)
         update = (done, total, unit, values)
-        with self._lock:
+        # Decided and sent under one lock: reports from several threads
+        # reach the supervisor in the order they were let through.
+        with self._progress_lock:
             now = time.monotonic()
             if done < total and now - self._progress_sent < PROGRESS_INTERVAL:
                 self._progress_pending = update
                 return
             self._progress_sent = now
             self._progress_pending = None
-        self._send_progress(update)
+            self._send_progress(update)
 
     def flush_progress(self) -> None:
         """Send the last report that was held back (the harness calls this
         when the entry ends)."""
-        with self._lock:
+        with self._progress_lock:
             update, self._progress_pending = self._progress_pending, None
-        if update is not None:
-            self._send_progress(update)
+            if update is not None:
+                self._send_progress(update)
 
     def _send_progress(self, update: tuple) -> None:
         done, total, unit, values = update
