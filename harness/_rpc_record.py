@@ -8,9 +8,9 @@ RPC still open when the rank died shows as begun and never ended: what the
 rank was waiting on.
 
 Kept cheap on purpose: two event writes per call (a few microseconds against
-an RPC's hundreds), nothing at all after ``cap`` calls, and RPCs that torch
-issues internally (RRef methods, distributed autograd, the optimizer) are
-not seen.
+an RPC's hundreds), nothing at all after ``cap`` calls. What torch sends
+from C++ (RRef bookkeeping, distributed autograd's backward pass) is not
+seen; its Python callers of the API (``DistributedOptimizer``) are.
 """
 
 from __future__ import annotations
@@ -121,10 +121,13 @@ class _Recorder:
 
 
 def _describe(func: Any, args: Any) -> str:
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if type(func).__name__ == "ScriptFunction":  # TorchScript: its own name, not the class's
+        name = str(getattr(func, "name", "script function"))
+    else:
+        name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
     # Helpers like the tutorials' ``_call_method(method, rref, ...)`` say
     # little by themselves; the method they call is what a reader wants.
-    if isinstance(args, tuple) and args and callable(args[0]) and hasattr(args[0], "__qualname__"):
+    if isinstance(args, (tuple, list)) and args and callable(args[0]) and hasattr(args[0], "__qualname__"):
         name += f"({args[0].__qualname__})"
     return name
 

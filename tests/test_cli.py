@@ -28,6 +28,10 @@ def test_run_writes_table_traces_curves_and_summary(tmp_path, capsys):
     assert [(e["pid"], e["args"]["fault"]) for e in faults] == [(2, "delay:trainer2@trainer.step#2=0.001s")]
     assert all({"ph", "pid", "tid", "name"} <= set(e) for e in trace["traceEvents"])
     assert any(e["ph"] == "X" and e["name"] == "entry" for e in trace["traceEvents"])
+    # RPCs the trainers issued, named by the method the tutorial's helper calls.
+    rpcs = {(e["pid"], e["name"]) for e in trace["traceEvents"] if e["ph"] == "b"}
+    assert (1, "rpc_sync -> parameter_server: call_method(ParameterServer.get_dist_gradients)") in rpcs
+    assert (2, "rpc_async -> parameter_server: _script_local_optimizer_step") in rpcs
     assert (tmp_path / "ps-w3.curves.svg").read_text().startswith("<svg")
     timeline = (tmp_path / "ps-w3.timeline.svg").read_text()
     assert timeline.startswith("<svg") and "rank 2 (trainer2)" in timeline and "trainer.step#2" in timeline
