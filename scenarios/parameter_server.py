@@ -34,6 +34,7 @@ stream -- weights, data shards, dropout masks -- derives from the world seed.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
@@ -965,43 +966,33 @@ def _check_trained(report: ScenarioReport, world: WorldResult, config: Config) -
     worst = 0.0
     mismatches: list[Mismatch] = []
     checked = 0
+    # Every comparison of this run shares scenario, seed and tolerances.
+    check = functools.partial(compare, scenario=NAME, seed=world.seed, rtol=config.rtol, atol=config.atol)
     for step, expected in zip(steps, base.steps, strict=True):
         where = f"{step['index']} ({step['trainer']} batch {step['batch']}, parameter version {step['version']})"
-        diff, bad = compare(
+        diff, bad = check(
             step["grads"],
             expected.grads,
-            scenario=NAME,
             step=where,
             rank=step["trainer"],
-            seed=world.seed,
-            rtol=config.rtol,
-            atol=config.atol,
         )
         worst = max(worst, diff)
         checked += len(expected.grads)
         mismatches += bad
         if step["loss"] is not None:
-            _, bad = compare(
+            _, bad = check(
                 {"loss": torch.tensor(step["loss"])},
                 {"loss": torch.tensor(expected.loss)},
-                scenario=NAME,
                 step=where,
                 rank=step["trainer"],
-                seed=world.seed,
-                rtol=config.rtol,
-                atol=config.atol,
                 what="loss",
             )
             mismatches += bad
-    diff, bad = compare(
+    diff, bad = check(
         log["final"],
         base.final,
-        scenario=NAME,
         step=f"final (after {len(steps)} steps)",
         rank=PS_NAME,
-        seed=world.seed,
-        rtol=config.rtol,
-        atol=config.atol,
         what="parameter",
     )
     worst = max(worst, diff)

@@ -57,6 +57,7 @@ hold no user RRefs, so ``msgfail:trainer@RREF_FORK_REQUEST`` and
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import time
 import warnings
@@ -763,6 +764,8 @@ def _compare_records(
     counts = {"grads": 0, "params": 0}
     worst = {"grads": 0.0, "params": 0.0}
     what_of = {"grads": "gradient", "params": "parameter after the optimizer step"}
+    # Every comparison of this run shares scenario, seed and tolerances.
+    check = functools.partial(compare, scenario=NAME, seed=seed, rtol=config.rtol, atol=config.atol)
     for trainer, got in records.items():
         want = expected[trainer]["steps"]
         steps = got["steps"]
@@ -775,29 +778,21 @@ def _compare_records(
             for what in ("grads", "params"):
                 # One comparison per owning rank, so that a mismatch names it.
                 for owner in sorted({k.split("/", 1)[0] for k in (*step[what], *base[what])}):
-                    diff, mismatches = compare(
+                    diff, mismatches = check(
                         {k: v for k, v in step[what].items() if k.startswith(owner + "/")},
                         {k: v for k, v in base[what].items() if k.startswith(owner + "/")},
-                        scenario=NAME,
                         step=label,
                         rank=owner,
-                        seed=seed,
-                        rtol=config.rtol,
-                        atol=config.atol,
                         what=what_of[what],
                     )
                     worst[what] = max(worst[what], diff)
                     report.mismatches += mismatches
                 counts[what] += len(step[what])
-            _, mismatches = compare(
+            _, mismatches = check(
                 {"loss": step["loss"]},
                 {"loss": base["loss"]},
-                scenario=NAME,
                 step=label,
                 rank=trainer,
-                seed=seed,
-                rtol=config.rtol,
-                atol=config.atol,
                 what="loss",
             )
             report.mismatches += mismatches
