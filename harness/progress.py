@@ -105,12 +105,6 @@ class ProgressBar:
             self.stage = "running"
         self._show()
 
-    def set_stage(self, text: str) -> None:
-        """Say what happens now that ranks do not report (e.g. the baseline)."""
-        with self._lock:
-            self.stage = text
-            self._show(force=True)
-
     def finish(self, verdict: str) -> None:
         """Draw the bar a last time with ``verdict`` and end its line."""
         with self._lock:
@@ -165,10 +159,10 @@ class ProgressBar:
         parts.append(self.stage)
         return "  ".join(parts + metrics)
 
-    def _show(self, *, force: bool = False) -> None:
+    def _show(self) -> None:
         if self.live:
             now = time.monotonic()
-            if force or now - self._last_draw >= self.REDRAW_EVERY:
+            if now - self._last_draw >= self.REDRAW_EVERY:
                 self._redraw()
             return
         # Quarters one to three: the last line is finish()'s, with the verdict.
