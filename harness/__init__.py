@@ -12,6 +12,8 @@ from .errors import (
     HarnessError,
     InjectedFault,
     ReplayError,
+    ScenarioError,
+    UsageError,
     WorldFailed,
     WorldSpecError,
     WorldTimeout,
@@ -19,6 +21,7 @@ from .errors import (
 from .faults import Fault, FaultPlan
 from .progress import Progress, ProgressBar
 from .result import RankOutcome, WorldResult
+from .scenario import Scenario, ScenarioReport, check_report, run_scenario
 from .seeds import derive_seed
 from .spec import DEFAULT_DEADLINE, WorldSpec, make_spec
 
@@ -35,11 +38,16 @@ __all__ = [
     "RankContext",
     "RankOutcome",
     "ReplayError",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioReport",
+    "UsageError",
     "WorldFailed",
     "WorldResult",
     "WorldSpec",
     "WorldSpecError",
     "WorldTimeout",
+    "check_report",
     "current_context",
     "derive_seed",
     "failpoint",
@@ -48,5 +56,6 @@ __all__ = [
     "preload",
     "progress",
     "raise_for_failures",
+    "run_scenario",
     "run_world",
 ]

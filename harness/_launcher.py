@@ -208,6 +208,7 @@ class _Supervisor:
                 faults=self.spec.faults,
                 fuzz=self.spec.fuzz,
                 rpc_timeout=self.spec.deadline,
+                deadline=self.spec.deadline,
                 sys_path=tuple(sys.path),
                 env=self.spec.env,
             )
@@ -337,14 +338,7 @@ class _Supervisor:
     def _on_deadline(self) -> None:
         self.timed_out = True
         alive = sorted(self.running)
-        for rank in alive:
-            _signal(self.procs[rank].pid, signal.SIGUSR1)
-        until = time.monotonic() + _STACK_WAIT
-        pending = set(alive)
-        while pending and time.monotonic() < until:
-            pending = {r for r in pending if not _stacks_written(self.workdir, r)}
-            time.sleep(0.02)
-        time.sleep(0.05)  # let the last dump finish its write
+        self._dump_stacks(alive)
         for rank in alive:
             outcome = self.outcomes[rank]
             outcome.status = R.STOPPED if outcome.phase == "done" else R.HUNG
@@ -352,7 +346,26 @@ class _Supervisor:
 
     def _stop_survivors(self) -> None:
         # Survivors keep the STOPPED status they started with: not failures.
+        # Those still in their entry may be why another rank failed (a peer
+        # stuck on a lock, a server waiting on them): their stacks are kept.
+        busy = [r for r in sorted(self.running) if self.outcomes[r].phase in ("starting", "entry")]
+        if any(o.failed for o in self.outcomes):
+            self._dump_stacks(busy)
         self.kill_all()
+
+    def _dump_stacks(self, ranks: list[int]) -> None:
+        """Ask ``ranks`` for every thread's stack (faulthandler on SIGUSR1)
+        and wait, briefly, until each has written its dump."""
+        if not ranks:
+            return
+        for rank in ranks:
+            _signal(self.procs[rank].pid, signal.SIGUSR1)
+        until = time.monotonic() + _STACK_WAIT
+        pending = set(ranks)
+        while pending and time.monotonic() < until:
+            pending = {r for r in pending if not _stacks_written(self.workdir, r)}
+            time.sleep(0.02)
+        time.sleep(0.05)  # let the last dump finish its write
 
     def kill_all(self) -> None:
         """SIGKILL every rank still running and reap it. Idempotent."""
@@ -414,6 +427,7 @@ def default_repro(spec: WorldSpec) -> str:
 
 
 _RANK_FILE = os.path.join("harness", "_rank.py")
+_WATCH_FILE = os.path.join("harness", "rank_setup.py")
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 
 
@@ -425,7 +439,7 @@ def annotate_stacks(text: str) -> str:
     blocks = []
     for block in text.strip().split("\n\n"):
         lines = block.splitlines()
-        if any(_RANK_FILE in line and line.endswith(" in watch") for line in lines):
+        if any(_WATCH_FILE in line and line.endswith(" in watch") for line in lines):
             continue
         out = []
         for line in lines:

@@ -9,7 +9,6 @@ shutdown waits for every peer, and a dead one never answers).
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import os
 import pickle
@@ -21,21 +20,18 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import parent_process
-from multiprocessing.connection import Connection, wait
-from typing import Any
+from multiprocessing.connection import Connection
 
 import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import _rpc_record, context
-from .context import EventLog, RankContext
-from .faults import MESSAGE_KINDS, FaultPlan
-from .seeds import derive_seed, seed_everything
+from . import _rpc_record
+from .context import EventLog, RankContext, activate
+from .faults import FaultPlan
+from .rank_setup import die_with_parent, intra_op_threads, pin_loopback, rpc_backend
+from .seeds import seed_everything
 from .spec import EntryRef
-
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +47,7 @@ class Boot:
     faults: FaultPlan
     fuzz: float
     rpc_timeout: float
+    deadline: float
     sys_path: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
 
@@ -63,7 +60,7 @@ def rank_file(workdir: str, rank: int, what: str) -> str:
 def main(conn: Connection, boot: Boot) -> None:
     """Process target: run one rank and exit through ``os._exit``, never returning
     into multiprocessing's clean-up (which can wait on torch's threads)."""
-    _die_with_parent()
+    die_with_parent()
     _capture_output(rank_file(boot.workdir, boot.rank, "log"))
     stacks = open(rank_file(boot.workdir, boot.rank, "stacks"), "w")  # noqa: SIM115 (kept open for the handler)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
@@ -82,10 +79,7 @@ def main(conn: Connection, boot: Boot) -> None:
 
 def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     os.environ.update(boot.env)
-    # TensorPipe and Gloo bind to whatever the host name resolves to unless told;
-    # RPC runs pickled code from any peer, so only loopback is acceptable.
-    os.environ["TP_SOCKET_IFNAME"] = "lo"
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    pin_loopback()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     # init_rpc's own device-map exchange trips a torch deprecation warning that
     # would otherwise open every rank's output.
@@ -99,8 +93,9 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         faults=boot.faults,
         fuzz=boot.fuzz,
         events=events,
+        deadline=boot.deadline,
     )
-    context._current = ctx
+    activate(ctx)
     seed_everything(ctx.seed)
     torch.set_num_threads(intra_op_threads(dict(boot.env), ctx.world_size))
     # Progress may be reported from RPC handler threads while the main thread
@@ -138,53 +133,6 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         return 1
     send(("done", pickled))
     return _shutdown_when_told(conn, send, events, ctx)
-
-
-def intra_op_threads(env: dict[str, str], world_size: int) -> int:
-    """Torch's intra-op threads for one rank: the cores shared out among the
-    ranks (at least one), unless the world's env sets OMP_NUM_THREADS.
-
-    Each rank would otherwise start a thread per core, and N ranks on fewer
-    cores make every small op wait on spinning peers (10-50x slower); torchrun
-    defaults to OMP_NUM_THREADS=1 for the same reason. The forkserver imported
-    torch before any env was set, so the count is set here, not read by torch."""
-    if "OMP_NUM_THREADS" in env:  # validated by make_spec
-        return int(env["OMP_NUM_THREADS"])
-    return max(len(os.sched_getaffinity(0)) // world_size, 1)
-
-
-def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple[Any, Any]:
-    """``(backend, options)`` for ``rpc.init_rpc``: plain TensorPipe, or torch's
-    FaultyTensorPipe agent when the plan (or schedule fuzzing) delays or fails
-    this rank's messages. Shared by the harness's ranks and harness.torchrun."""
-    mine = ctx.faults.for_target(ctx.name)
-    to_fail = sorted({f.point for f in mine if f.kind == "msgfail"})
-    to_delay = {f.point: f.seconds for f in mine if f.kind == "msgdelay"}
-    if ctx.fuzz:
-        # Schedule fuzzing also slows this rank's sends of each user message
-        # type by a seeded amount: the same seed, the same delays.
-        for kind in ("PYTHON_CALL", "PYTHON_REMOTE_CALL", "SCRIPT_CALL", "SCRIPT_REMOTE_CALL"):
-            rng_seed = derive_seed(ctx.world_seed, "fuzz-msg", ctx.rank, kind)
-            to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * ctx.fuzz)
-    # One backend per world: plain TensorPipe's init joins a Gloo group that the
-    # faulty backend never creates, so a world that mixed them would deadlock in
-    # init_rpc. Ranks without message faults get the faulty agent with nothing armed.
-    if ctx.fuzz or any(f.kind in MESSAGE_KINDS for f in ctx.faults):
-        import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
-
-        options = faulty.FaultyTensorPipeRpcBackendOptions(
-            num_worker_threads=8,
-            rpc_timeout=rpc_timeout,
-            init_method=init_method,
-            messages_to_fail=to_fail,
-            messages_to_delay=to_delay,
-            num_fail_sends=max([int(f.arg) for f in mine if f.kind == "msgfail"] or [0]),
-        )
-        return rpc.backend_registry.BackendType.FAULTY_TENSORPIPE, options
-    options = rpc.TensorPipeRpcBackendOptions(
-        init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=16
-    )
-    return rpc.backend_registry.BackendType.TENSORPIPE, options
 
 
 def _init_rpc(boot: Boot, ctx: RankContext) -> None:
@@ -269,21 +217,3 @@ def _capture_output(path: str) -> None:
     os.close(fd)
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
-
-
-def _die_with_parent() -> None:
-    """A rank must never outlive its supervisor, even one killed by SIGKILL."""
-    try:  # the kernel's way, for the forkserver that forked us
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-    parent = parent_process()
-    if parent is None:
-        return
-    # The supervisor holds the other end of this sentinel: EOF means it is gone.
-    def watch() -> None:
-        wait([parent.sentinel])
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="rpc-harness-parent-watch", daemon=True).start()
-

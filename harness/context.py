@@ -33,6 +33,18 @@ def current_context() -> RankContext | None:
     return _current
 
 
+def activate(ctx: RankContext | None) -> RankContext | None:
+    """Make ``ctx`` the context that :func:`failpoint`, :func:`progress` and
+    :func:`current_context` see in this process; return the one before.
+
+    The harness calls this in every rank it starts; a launcher of another
+    kind (the torchrun runner, a benchmark) calls it the same way.
+    """
+    global _current
+    previous, _current = _current, ctx
+    return previous
+
+
 def failpoint(name: str) -> None:
     """Mark a named point where a fault plan may act; free when nothing is armed."""
     ctx = _current
@@ -123,6 +135,7 @@ class RankContext:
         faults: FaultPlan | None = None,
         fuzz: float = 0.0,
         events: EventLog | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.rank = rank
         self.names = tuple(names)
@@ -133,6 +146,10 @@ class RankContext:
         self.workdir = workdir
         self.faults = faults or FaultPlan()
         self.fuzz = fuzz
+        # Seconds the world's entries may run (None: no deadline known, as in
+        # a baseline): code that waits on peers bounds its waits by it, so a
+        # stuck rank fails with its own message before the world's deadline.
+        self.deadline = deadline
         self._events = events or EventLog(None, rank)
         self._armed: dict[str, list[Fault]] = {}
         for fault in self.faults.for_target(self.name):

@@ -32,7 +32,20 @@ class FaultPlanError(HarnessError, ValueError):
 
 
 class ReplayError(HarnessError, ValueError):
-    """A repro token cannot be decoded (wrong version, corrupt, unknown scenario)."""
+    """A repro token cannot be decoded (wrong version, corrupt, a field of the
+    wrong type or out of range)."""
+
+
+class ScenarioError(HarnessError, ValueError):
+    """A scenario cannot be found in the registry, fails to import, or lacks
+    the scenario shape. The message names it and what is missing."""
+
+
+class UsageError(HarnessError, ValueError):
+    """Bad command-line input to ``rpc-harness`` or ``python -m
+    rpc_harness.torchrun`` that argparse cannot catch by itself (a path that
+    cannot be written, a seed given where a token was expected, a missing
+    torchrun variable). The command exits 2 with the message."""
 
 
 class WorldFailed(HarnessError):

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -36,8 +37,16 @@ MARKER_HELP = (
 )
 MARKER_KEYS = ("world_size", "names", "deadline", "seed", "faults", "fuzz")
 
+# Options a world takes from the command line and the ini file too, when
+# neither the call nor the marker sets them: option -> (dest, flag, ini key).
+SESSION_OPTIONS = {
+    "deadline": ("rpc_deadline", DEADLINE_OPTION, "rpc_deadline"),
+    "fuzz": ("rpc_fuzz", FUZZ_OPTION, "rpc_fuzz"),
+}
+
 _MAX_WORLD_SECTIONS = 2
 _session_seed_key = pytest.StashKey[int]()
+_session_values_key = pytest.StashKey[dict]()
 _results_key = pytest.StashKey[list]()
 
 
@@ -64,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
         register_profiles()
     config.addinivalue_line("markers", MARKER_HELP)
     config.stash[_session_seed_key] = _session_seed(config)
+    config.stash[_session_values_key] = _session_values(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistSeedSharing(config), "rpc-harness-xdist")
 
@@ -100,16 +110,56 @@ def _session_seed(config: pytest.Config) -> int:
     return seed
 
 
-def _number_setting(config: pytest.Config, option: str, ini: str, flag: str) -> float | None:
-    raw, where = config.getoption(option), flag
-    if raw is None:
-        raw, where = config.getini(ini), f"ini {ini}"
-    if raw in (None, ""):
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise pytest.UsageError(f"{where}: invalid value {raw!r}; use a number of seconds") from None
+def _session_values(config: pytest.Config) -> dict[str, tuple[float, str]]:
+    """The world options the command line (first) or the ini file set, as
+    ``option -> (value, where)``; a bad value is a usage error at start-up."""
+    values = {}
+    for option, (dest, flag, ini) in SESSION_OPTIONS.items():
+        raw, where = config.getoption(dest), flag
+        if raw is None:
+            raw, where = config.getini(ini), f"ini {ini}"
+        if raw in (None, ""):
+            continue
+        try:
+            values[option] = (float(raw), where)
+        except ValueError:
+            raise pytest.UsageError(f"{where}: invalid value {raw!r}; use a number of seconds") from None
+    return values
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One world's options, each taken from the first of: the call's
+    arguments, the test's ``rpc_world`` marker, the command line, the ini
+    file; ``sources`` says where each came from (for error messages)."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, call: Mapping[str, Any], marker: Mapping[str, Any], config: pytest.Config) -> Settings:
+        session = config.stash[_session_values_key]
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for option in MARKER_KEYS:
+            if call.get(option) is not None:
+                values[option], sources[option] = call[option], "argument"
+            elif option in marker:
+                values[option], sources[option] = marker[option], f"marker {MARKER}"
+            elif option in session:
+                values[option], sources[option] = session[option]
+            else:
+                values[option] = None
+        return cls(values, sources)
+
+    def get(self, option: str, default: Any = None) -> Any:
+        value = self.values.get(option)
+        return default if value is None else value
+
+    def where(self, base: str) -> str:
+        """``base``, plus which options came from elsewhere than the call."""
+        other = [f"{option} from {source}" for option, source in self.sources.items() if source != "argument"]
+        return f"{base} (with {', '.join(other)})" if other else base
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -183,33 +233,26 @@ class RpcWorld:
         from ._launcher import launch, raise_for_failures
         from .spec import make_spec
 
-        given = {"world_size": world_size, "names": names, "seed": seed, "deadline": deadline,
-                 "faults": faults, "fuzz": fuzz}
-        settings = {key: value if value is not None else self._marker.get(key) for key, value in given.items()}
-        where = f"rpc_world.run() in {self._request.node.nodeid}"
-        from_marker = [key for key, value in given.items() if value is None and key in self._marker]
-        if from_marker:
-            where += f" (with {', '.join(from_marker)} from marker {MARKER})"
-        if settings["deadline"] is None:
-            settings["deadline"] = _number_setting(self._config, "rpc_deadline", "rpc_deadline", DEADLINE_OPTION)
-        if settings["fuzz"] is None:
-            settings["fuzz"] = _number_setting(self._config, "rpc_fuzz", "rpc_fuzz", FUZZ_OPTION) or 0.0
-        if settings["seed"] is None:
-            settings["seed"] = self.seed_for(len(self.results))
+        settings = Settings.resolve(
+            {"world_size": world_size, "names": names, "seed": seed, "deadline": deadline,
+             "faults": faults, "fuzz": fuzz},
+            self._marker,
+            self._config,
+        )
         spec = make_spec(
             entry,
-            settings["world_size"],
-            names=settings["names"],
-            seed=settings["seed"],
-            deadline=settings["deadline"],
-            faults=settings["faults"],
+            settings.get("world_size"),
+            names=settings.get("names"),
+            seed=settings.get("seed", self.seed_for(len(self.results))),
+            deadline=settings.get("deadline"),
+            faults=settings.get("faults"),
             failpoints=failpoints,
             args=args,
             kwargs=kwargs,
-            fuzz=settings["fuzz"],
+            fuzz=settings.get("fuzz", 0.0),
             env=env,
             repro=self.repro,
-            where=where,
+            where=settings.where(f"rpc_world.run() in {self._request.node.nodeid}"),
         )
         if not args and not kwargs:
             spec = dataclasses.replace(spec, repro=f"{self.repro}\n    or: {_token_command(spec)}")
@@ -244,7 +287,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         for rank in result.ranks:
             text = rank.output.rstrip()
             if rank.stacks:
-                text += f"\n--- stacks at the deadline\n{rank.stacks.rstrip()}"
+                when = "at the deadline" if result.timed_out else "when the world was stopped"
+                text += f"\n--- stacks {when}\n{rank.stacks.rstrip()}"
             if text.strip():
                 report.sections.append((f"{prefix}rank {rank.rank} ({rank.name}) [{rank.status}]", text))
         written = _write_trace(item, index, result)

@@ -137,22 +137,23 @@ class WorldResult:
         lines = [self._headline()]
         for outcome in self.ranks:
             lines.append("  " + outcome.describe())
+        when = "at the deadline" if self.timed_out else "when the world was stopped"
         for outcome in self.failures:
             if outcome.traceback:
                 lines.append(f"--- {outcome.label} traceback")
                 lines.append(outcome.traceback.rstrip())
             if outcome.stacks:
-                lines.append(f"--- {outcome.label} stacks at the deadline")
+                lines.append(f"--- {outcome.label} stacks {when}")
                 lines.append(outcome.stacks.rstrip())
             if outcome.output.strip():
                 tail = outcome.output.rstrip().splitlines()[-output_lines:]
                 lines.append(f"--- {outcome.label} output (last {len(tail)} lines)")
                 lines.extend(tail)
-        if self.timed_out:
-            for outcome in self.ranks:
-                if not outcome.failed and outcome.stacks:
-                    lines.append(f"--- {outcome.label} stacks at the deadline")
-                    lines.append(outcome.stacks.rstrip())
+        # The ranks that did not fail but were still busy: often why another did.
+        for outcome in self.ranks:
+            if not outcome.failed and outcome.stacks:
+                lines.append(f"--- {outcome.label} stacks {when}")
+                lines.append(outcome.stacks.rstrip())
         if self.repro:
             lines.append(f"Replay: {self.repro}")
         return "\n".join(lines)

@@ -9,8 +9,9 @@ pick one with Hypothesis's own ``--hypothesis-profile``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -80,14 +81,19 @@ def fault_plans(
     failpoints: Sequence[str],
     *,
     max_faults: int = 2,
+    max_kills: int | None = None,
     **fault_options: object,
 ) -> st.SearchStrategy[FaultPlan]:
-    """Plans of up to ``max_faults`` faults, shrinking towards the empty plan."""
-    return st.lists(
+    """Plans of up to ``max_faults`` faults (at most one per target and
+    point, at most ``max_kills`` kills), shrinking towards the empty plan."""
+    plans = st.lists(
         faults(names, failpoints, **fault_options),  # type: ignore[arg-type]
         max_size=max_faults,
-        unique_by=lambda f: (f.target, f.point, f.kind),
-    ).map(lambda fs: FaultPlan(tuple(fs)))
+        unique_by=lambda f: (f.target, f.point),
+    )
+    if max_kills is not None:
+        plans = plans.filter(lambda fs: sum(f.kind == "kill" for f in fs) <= max_kills)
+    return plans.map(lambda fs: FaultPlan(tuple(fs)))
 
 
 @dataclass(frozen=True)
@@ -111,22 +117,27 @@ def worlds(
     min_size: int = 1,
     max_size: int = 8,
     max_faults: int = 2,
+    targets: Callable[[str], bool] | Container[str] | None = None,
     **fault_options: object,
 ) -> st.SearchStrategy[WorldCase]:
     """Whole worlds: size first (so it shrinks first), then names, plan, seed.
 
     ``names(world_size)`` gives the worker names (default ``worker{rank}``);
-    with no ``failpoints`` the plans are empty.
+    faults are aimed at the workers ``targets`` accepts (a predicate or a
+    collection of names; default: every worker); with no ``failpoints`` the
+    plans are empty.
     """
     name_fn = names or (lambda n: tuple(f"worker{r}" for r in range(n)))
+    accept = _acceptor(targets)
 
     @st.composite
     def build(draw: Callable) -> WorldCase:
         size = draw(world_sizes(min_size, max_size))
         worker_names = tuple(name_fn(size))
+        aimed = [name for name in worker_names if accept(name)]
         plan = (
-            draw(fault_plans(worker_names, failpoints, max_faults=max_faults, **fault_options))
-            if failpoints and max_faults
+            draw(fault_plans(aimed, failpoints, max_faults=max_faults, **fault_options))
+            if failpoints and max_faults and aimed
             else FaultPlan()
         )
         return WorldCase(size, worker_names, plan, draw(seeds()))
@@ -134,15 +145,38 @@ def worlds(
     return build()
 
 
-def scenario_worlds(module: object, *, max_size: int = 4, **options: object) -> st.SearchStrategy[WorldCase]:
-    """Worlds for a scenario module: its names, failpoints and minimum size."""
-    return worlds(
-        module.names,  # type: ignore[attr-defined]
-        module.FAILPOINTS,  # type: ignore[attr-defined]
-        min_size=module.MIN_WORLD_SIZE,  # type: ignore[attr-defined]
-        max_size=max_size,
-        **options,  # type: ignore[arg-type]
-    )
+def _acceptor(targets: Callable[[str], bool] | Container[str] | None) -> Callable[[str], bool]:
+    if targets is None:
+        return lambda name: True
+    if callable(targets):
+        return targets
+    return lambda name: name in targets
+
+
+def scenario_worlds(
+    scenario: Any,
+    *,
+    min_size: int | None = None,
+    max_size: int = 4,
+    points: Sequence[str] | None = None,
+    **options: object,
+) -> st.SearchStrategy[WorldCase]:
+    """Worlds for a scenario (a registered name or a scenario object): its
+    names, its failpoints (or the ``points`` given, a subset of them) and its
+    sizes from ``min_size`` (default: its ``min_world_size``) to ``max_size``.
+    Other options go to :func:`worlds` (``targets``, ``kinds``,
+    ``max_faults``, ``max_kills``...)."""
+    from .scenario import resolve
+
+    sc = resolve(scenario)
+    smallest = sc.min_world_size if min_size is None else min_size
+    if smallest < sc.min_world_size:
+        raise ValueError(f"{sc.name} needs worlds of {sc.min_world_size} ranks or more, not {smallest}")
+    chosen = tuple(points) if points is not None else sc.failpoints
+    unknown = sorted(set(chosen) - set(sc.failpoints))
+    if unknown:
+        raise ValueError(f"{sc.name} has no failpoint {', '.join(unknown)}; its failpoints: {', '.join(sc.failpoints)}")
+    return worlds(sc.names, chosen, min_size=smallest, max_size=max_size, **options)  # type: ignore[arg-type]
 
 
 def world_settings(**overrides: object) -> settings:

@@ -1,6 +1,19 @@
+"""Shared by both halves of the suite: ``unit/`` starts no process,
+``world/`` brings real RPC worlds up (marked ``world``, so that
+``pytest -m "not world"`` is the quick loop)."""
+
+import pathlib
 import time
 
 import pytest
+
+WORLD_TESTS = pathlib.Path(__file__).parent / "world"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if WORLD_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.world)
 
 
 def wait_gone(pids, within=10.0):

@@ -1,4 +1,5 @@
-"""A tiny module of the scenario shape for tests/test_torchrun.py.
+"""A tiny scenario for the torchrun and registry tests: ``SCENARIO`` has
+the shape :class:`harness.scenario.Scenario` asks for, as anyone's would.
 
 Rank 0 (``owner``) holds a weight matrix; every other rank (``worker{k}``)
 runs a few steps of real RPC and distributed autograd against it: it sends
@@ -20,6 +21,8 @@ import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
 import harness
+from harness.gradcheck import compare as compare_tensors
+from harness.scenario import Comparison, Outcome, Verdict, require_world_size
 
 NAME = "tiny"
 FAILPOINTS = ("tiny.step",)
@@ -32,12 +35,17 @@ class Config:
     steps: int = 3
     dim: int = 4
     scale: float = 1.0  # multiplies the loss: a knob for the --set tests
+    rtol: float = 1e-5
+    atol: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.dim < 1:
+            raise ValueError(f"steps and dim must be >= 1, got {self.steps} and {self.dim}")
 
 
 def names(world_size: int) -> tuple[str, ...]:
     """``owner``, then ``worker1`` .. ``worker{world_size-1}``."""
-    if world_size < MIN_WORLD_SIZE:
-        raise ValueError(f"tiny needs world_size >= {MIN_WORLD_SIZE}, got {world_size}")
+    require_world_size(NAME, world_size, MIN_WORLD_SIZE, "an owner and a worker")
     return (OWNER, *(f"worker{k}" for k in range(1, world_size)))
 
 
@@ -110,3 +118,52 @@ def baseline(config: Config, world_size: int, seed: int) -> dict[str, list[dict]
             steps.append({"loss": loss.item(), "grads": {"weight": weight.grad, "input": x.grad}})
         out[worker] = steps
     return out
+
+
+class Tiny:
+    """The scenario: workers' gradients against :func:`baseline`."""
+
+    name = NAME
+    summary = "an owner's weight, workers' distributed autograd steps through it"
+    min_world_size = MIN_WORLD_SIZE
+    default_world_size = 2
+    failpoints = FAILPOINTS
+    steps_field = "steps"
+    metric_name = "loss"
+    config_type = Config
+    entry = staticmethod(entry)
+    names = staticmethod(names)
+
+    @staticmethod
+    def records(world):
+        found = {r.name: r.value["steps"] for r in world.ranks if r.name != OWNER and isinstance(r.value, dict)}
+        return found if world.ok and found else None
+
+    @staticmethod
+    def contract(world, records, config):
+        return Verdict(world.ok, "every rank finished" if world.ok else world.report().splitlines()[0])
+
+    @staticmethod
+    def baseline(config, world_size, seed, records):
+        return baseline(config, world_size, seed)
+
+    @staticmethod
+    def compare(records, expected, config, seed):
+        result = Comparison()
+        for worker, steps in records.items():
+            for k, (a, e) in enumerate(zip(steps, expected[worker], strict=True)):
+                diff, found = compare_tensors(a["grads"], e["grads"], scenario=NAME, step=k, rank=worker,
+                                              seed=seed, rtol=config.rtol, atol=config.atol)
+                result.max_diff = max(result.max_diff, diff)
+                result.checked += len(e["grads"])
+                result.mismatches += found
+        return result
+
+    @staticmethod
+    def outcome(records, expected, config):
+        losses = [step["loss"] for steps in records.values() for step in steps]
+        return Outcome(True, "no outcome to judge", sum(losses) / len(losses), config.steps, losses,
+                       [step["loss"] for steps in expected.values() for step in steps])
+
+
+SCENARIO = Tiny()

@@ -1,0 +1,106 @@
+"""What a rank process sets up, whoever started it: the harness's own
+launcher (``_rank.py``) or torchrun (``rpc_harness.torchrun``).
+
+- :func:`die_with_parent`: a rank never outlives the process that started it;
+- :func:`pin_loopback`: TensorPipe and Gloo listen on loopback only;
+- :func:`intra_op_threads`: the cores shared out among the ranks;
+- :func:`rpc_backend`: plain TensorPipe, or torch's faulty agent for message faults.
+
+Imports torch: for rank processes only, never for ``import harness``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+from multiprocessing import parent_process
+from multiprocessing.connection import wait
+from typing import Any
+
+import torch.distributed.rpc as rpc
+
+from .context import RankContext
+from .faults import MESSAGE_KINDS
+from .seeds import derive_seed
+
+_PR_SET_PDEATHSIG = 1
+WATCH_THREAD = "rpc-harness-parent-watch"
+
+
+def die_with_parent() -> None:
+    """A rank must never outlive its parent, even one killed by SIGKILL.
+
+    Two ways, because either alone leaves a gap: the kernel's
+    ``PR_SET_PDEATHSIG`` fires when the thread that forked us exits (for a
+    forkserver child, the forkserver); and a thread that waits on the
+    multiprocessing parent's sentinel, whose other end the supervisor holds.
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    parent = parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name=WATCH_THREAD, daemon=True).start()
+
+
+def pin_loopback() -> None:
+    """TensorPipe and Gloo bind to whatever the host name resolves to unless
+    told; RPC runs pickled code from any peer, so only loopback is acceptable."""
+    os.environ["TP_SOCKET_IFNAME"] = "lo"
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+
+
+def intra_op_threads(env: dict[str, str], world_size: int) -> int:
+    """Torch's intra-op threads for one rank: the cores shared out among the
+    ranks (at least one), unless the world's env sets OMP_NUM_THREADS.
+
+    Each rank would otherwise start a thread per core, and N ranks on fewer
+    cores make every small op wait on spinning peers (10-50x slower); torchrun
+    defaults to OMP_NUM_THREADS=1 for the same reason. The forkserver imported
+    torch before any env was set, so the count is set here, not read by torch."""
+    if "OMP_NUM_THREADS" in env:  # validated by make_spec
+        return int(env["OMP_NUM_THREADS"])
+    return max(len(os.sched_getaffinity(0)) // world_size, 1)
+
+
+def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple[Any, Any]:
+    """``(backend, options)`` for ``rpc.init_rpc``: plain TensorPipe, or torch's
+    FaultyTensorPipe agent when the plan (or schedule fuzzing) delays or fails
+    this rank's messages."""
+    mine = ctx.faults.for_target(ctx.name)
+    to_fail = sorted({f.point for f in mine if f.kind == "msgfail"})
+    to_delay = {f.point: f.seconds for f in mine if f.kind == "msgdelay"}
+    if ctx.fuzz:
+        # Schedule fuzzing also slows this rank's sends of each user message
+        # type by a seeded amount: the same seed, the same delays.
+        for kind in ("PYTHON_CALL", "PYTHON_REMOTE_CALL", "SCRIPT_CALL", "SCRIPT_REMOTE_CALL"):
+            rng_seed = derive_seed(ctx.world_seed, "fuzz-msg", ctx.rank, kind)
+            to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * ctx.fuzz)
+    # One backend per world: plain TensorPipe's init joins a Gloo group that the
+    # faulty backend never creates, so a world that mixed them would deadlock in
+    # init_rpc. Ranks without message faults get the faulty agent with nothing armed.
+    if ctx.fuzz or any(f.kind in MESSAGE_KINDS for f in ctx.faults):
+        import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
+
+        options = faulty.FaultyTensorPipeRpcBackendOptions(
+            num_worker_threads=8,
+            rpc_timeout=rpc_timeout,
+            init_method=init_method,
+            messages_to_fail=to_fail,
+            messages_to_delay=to_delay,
+            num_fail_sends=max([int(f.arg) for f in mine if f.kind == "msgfail"] or [0]),
+        )
+        return rpc.backend_registry.BackendType.FAULTY_TENSORPIPE, options
+    options = rpc.TensorPipeRpcBackendOptions(
+        init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=16
+    )
+    return rpc.backend_registry.BackendType.TENSORPIPE, options

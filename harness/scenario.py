@@ -1,0 +1,491 @@
+"""Scenarios: a typed protocol, one registry, one run-and-check path.
+
+A scenario is a distributed training program with a single-process
+baseline: the ranks train, the baseline trains the same model on the same
+data in one process, and every gradient is compared. What every scenario
+does the same way is written here once: validating the world size, the
+config and the fault plan before any process starts; the repro token and
+the Python replay line; running the world; judging it; the report; the
+mismatch message. A scenario supplies only what is its own (its
+:class:`Scenario` attributes): worker names, the rank entry, and the
+judge's four jobs -- the fault contract, the baseline replay, the
+comparison, the outcome.
+
+Scenarios are found through one registry, fed by the entry-point group
+``rpc_harness.scenarios`` (as pytest finds plugins through ``pytest11``).
+The built-in three register themselves there like any other package does::
+
+    [project.entry-points."rpc_harness.scenarios"]
+    chess = "my_package.chess:SCENARIO"
+
+Nothing in this library imports a scenario by name: the CLI, the bench,
+torchrun's runner and the Hypothesis strategies ask the registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import GradientMismatch, ScenarioError, WorldSpecError
+from .faults import FaultPlan
+from .gradcheck import Mismatch
+from .progress import Progress
+from .repro import Repro
+from .result import WorldResult
+from .spec import MAX_WORLD_SIZE, resolve_names
+
+ENTRY_POINT_GROUP = "rpc_harness.scenarios"
+DEFAULT_DEADLINE = 60.0
+MISMATCHES_SHOWN = 10
+
+
+# -- what a scenario supplies ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judgement and the sentence that explains it."""
+
+    ok: bool
+    note: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    """The distributed run against its baseline, tensor for tensor."""
+
+    max_diff: float = 0.0  # the largest absolute gradient difference seen
+    checked: int = 0  # gradient tensors compared
+    mismatches: list[Mismatch] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """Did training do what training does (reward rises, loss falls, accuracy)?"""
+
+    ok: bool
+    note: str
+    metric: float
+    steps: int
+    history: list[float] = field(default_factory=list)
+    baseline_history: list[float] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Scenario(Protocol):
+    """What one scenario supplies; :func:`run_scenario` does the rest.
+
+    ``config_type`` is a frozen dataclass whose every field has a default,
+    with ``rtol`` and ``atol`` fields (the gradient check's tolerances); its
+    ``__post_init__`` raises ``ValueError`` naming a bad field.
+    ``entry(ctx, config)`` is a module-level function run in every rank.
+    A scenario may also define ``validate(config, world_size, seed)``, which
+    raises ``ValueError`` for a config that cannot work at that size (checked
+    before any process starts). The judge's jobs, in the order they run:
+
+    - ``records(world)``: what the ranks returned that the judge reads, or
+      None when there is nothing to compare (a killed server, a failed world);
+    - ``contract(world, records, config)``: did the world behave as the
+      fault plan allows (who died, who finished, who was blamed)?
+    - ``baseline(config, world_size, seed, records)``: the single-process run,
+      replaying the schedule the records show (drops, the order of steps);
+    - ``compare(records, expected, config, seed)``: tensor for tensor;
+    - ``outcome(records, expected, config)``: did it learn?
+    """
+
+    name: str
+    summary: str
+    min_world_size: int
+    default_world_size: int
+    failpoints: tuple[str, ...]
+    steps_field: str
+    metric_name: str
+    config_type: type
+    entry: Callable[..., Any]
+
+    def names(self, world_size: int) -> tuple[str, ...]: ...
+
+    def records(self, world: WorldResult) -> Any | None: ...
+
+    def contract(self, world: WorldResult, records: Any | None, config: Any) -> Verdict: ...
+
+    def baseline(self, config: Any, world_size: int, seed: int, records: Any) -> Any: ...
+
+    def compare(self, records: Any, expected: Any, config: Any, seed: int) -> Comparison: ...
+
+    def outcome(self, records: Any, expected: Any, config: Any) -> Outcome: ...
+
+
+_ATTRIBUTES = {"name": str, "summary": str, "min_world_size": int, "default_world_size": int,
+               "failpoints": tuple, "steps_field": str, "metric_name": str, "config_type": type}
+_METHODS = ("entry", "names", "records", "contract", "baseline", "compare", "outcome")
+
+
+def check_shape(obj: object, *, where: str) -> Scenario:
+    """``obj`` if it has the scenario shape; :class:`ScenarioError` naming
+    every missing or ill-typed attribute otherwise."""
+    problems = []
+    for attr, kind in _ATTRIBUTES.items():
+        value = getattr(obj, attr, None)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            problems.append(f"{attr} ({kind.__name__})")
+    problems += [f"{attr}()" for attr in _METHODS if not callable(getattr(obj, attr, None))]
+    if problems:
+        raise ScenarioError(f"{where}: {obj!r} is not a scenario: it lacks {', '.join(problems)}")
+    assert isinstance(obj, Scenario)
+    config_type = obj.config_type
+    if not dataclasses.is_dataclass(config_type):
+        raise ScenarioError(f"{where}: {obj.name}'s config_type {config_type.__name__} is not a dataclass")
+    fields = {f.name for f in dataclasses.fields(config_type)}
+    missing = sorted({"rtol", "atol", obj.steps_field} - fields)
+    if missing:
+        raise ScenarioError(f"{where}: {obj.name}'s config has no field {', '.join(map(repr, missing))}")
+    if not 1 <= obj.min_world_size <= obj.default_world_size <= MAX_WORLD_SIZE:
+        raise ScenarioError(
+            f"{where}: {obj.name} needs 1 <= min_world_size <= default_world_size <= {MAX_WORLD_SIZE}, "
+            f"got {obj.min_world_size} and {obj.default_world_size}"
+        )
+    return obj
+
+
+# -- the registry ------------------------------------------------------------------------
+
+
+def registry() -> dict[str, metadata.EntryPoint]:
+    """Every registered scenario by name, not yet imported."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in found and found[point.name].value != point.value:
+            raise ScenarioError(
+                f"two packages register the scenario {point.name!r}: "
+                f"{found[point.name].value} and {point.value}; uninstall one"
+            )
+        found[point.name] = point
+    return found
+
+
+def available() -> tuple[str, ...]:
+    """The names of every registered scenario, sorted."""
+    return tuple(sorted(registry()))
+
+
+def load(name: str) -> Scenario:
+    """The registered scenario ``name``, imported and checked."""
+    points = registry()
+    if name not in points:
+        known = ", ".join(sorted(points)) or "none: is rpc-harness installed (pip install -e .)?"
+        raise ScenarioError(f"unknown scenario {name!r}; registered scenarios: {known}")
+    try:
+        obj = points[name].load()
+    except Exception as error:  # noqa: BLE001 - whatever importing a plugin raises
+        raise ScenarioError(
+            f"scenario {name!r} ({points[name].value}) failed to load: {type(error).__name__}: {error}"
+        ) from error
+    scenario = check_shape(obj, where=f"scenario {name!r} ({points[name].value})")
+    if scenario.name != name:
+        raise ScenarioError(f"the entry point {name!r} names a scenario called {scenario.name!r}")
+    return scenario
+
+
+def resolve(scenario: Scenario | str) -> Scenario:
+    """A scenario object from itself, a registered name or ``"module:attribute"``."""
+    if not isinstance(scenario, str):
+        return check_shape(scenario, where="scenario")
+    if ":" not in scenario:
+        return load(scenario)
+    module, _, attribute = scenario.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ScenarioError(f"cannot load scenario {scenario!r}: {type(error).__name__}: {error}") from None
+    return check_shape(obj, where=f"scenario {scenario!r}")
+
+
+# -- inputs, validated before any process starts ---------------------------------------------
+
+
+def require_world_size(scenario: str, world_size: object, minimum: int, roles: str) -> int:
+    """``world_size`` if it is a whole number in ``minimum..MAX_WORLD_SIZE``;
+    the one error every scenario raises otherwise (``roles`` says what the
+    smallest world holds, e.g. "an agent and an observer")."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise WorldSpecError(f"{scenario}: invalid world_size {world_size!r}; use a whole number")
+    if world_size < minimum:
+        raise WorldSpecError(
+            f"{scenario}: invalid world_size {world_size}; the scenario needs >= {minimum} ranks ({roles})"
+        )
+    if world_size > MAX_WORLD_SIZE:
+        raise WorldSpecError(f"{scenario}: invalid world_size {world_size}; use at most {MAX_WORLD_SIZE}")
+    return world_size
+
+
+def world_names(scenario: Scenario, world_size: object, *, where: str = "") -> tuple[str, ...]:
+    """The scenario's worker names for ``world_size``, size checked first."""
+    size = require_world_size(scenario.name, world_size, scenario.min_world_size, "see its docs")
+    names = tuple(scenario.names(size))
+    return resolve_names(size, names, where=where or f"{scenario.name}.names({size})")
+
+
+def make_config(scenario: Scenario, config: Any = None, *, where: str = "") -> Any:
+    """The scenario's config from None (defaults), an instance, or a mapping
+    of field overrides; bad fields raise :class:`WorldSpecError` naming them."""
+    where = where or f"{scenario.name} config"
+    if isinstance(config, scenario.config_type):
+        return config
+    overrides = {} if config is None else config
+    if not isinstance(overrides, Mapping):
+        raise WorldSpecError(
+            f"{where}: expected a {scenario.config_type.__name__} or a mapping of its fields, "
+            f"got {type(config).__name__}"
+        )
+    fields = [f.name for f in dataclasses.fields(scenario.config_type)]
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise WorldSpecError(f"{where}: no field {', '.join(map(repr, unknown))}; fields: {', '.join(fields)}")
+    try:
+        return scenario.config_type(**overrides)
+    except (TypeError, ValueError) as error:
+        raise WorldSpecError(f"{where}: {error}") from None
+
+
+def config_overrides(scenario: Scenario, config: Any) -> dict[str, Any]:
+    """The fields of ``config`` that differ from the defaults (what a repro keeps)."""
+    defaults = scenario.config_type()
+    return {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if getattr(config, f.name) != getattr(defaults, f.name)
+    }
+
+
+def parse_overrides(
+    scenario: Scenario, pairs: Sequence[str], steps: int | None = None, *, where: str = "--set"
+) -> dict[str, Any]:
+    """Config overrides from ``KEY=VALUE`` texts, typed by each field's
+    default (or annotation), and ``steps`` for the scenario's budget field.
+    Validated as a whole, so a bad value is refused before any world starts."""
+    fields = {f.name: f for f in dataclasses.fields(scenario.config_type)}
+    out: dict[str, Any] = {}
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise WorldSpecError(f"--steps {steps}: the training budget ({scenario.name}'s "
+                                 f"{scenario.steps_field}) must be a whole number >= 1")
+        out[scenario.steps_field] = steps
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise WorldSpecError(f"{where} {pair!r}: use KEY=VALUE")
+        if key not in fields:
+            raise WorldSpecError(
+                f"{where} {pair!r}: {scenario.name} config has no field {key!r}; fields: {', '.join(fields)}"
+            )
+        out[key] = _typed(text, fields[key], f"{where} {pair!r}")
+    make_config(scenario, out, where=f"{where}: {scenario.name} config")
+    return out
+
+
+def _typed(text: str, spec: dataclasses.Field, where: str) -> Any:
+    default = spec.default
+    annotation = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
+    optional = default is None or "None" in annotation
+    if optional and text.lower() == "none":
+        return None
+    kind = type(default) if default is not None else next(
+        (k for k in (bool, int, float, str) if k.__name__ in annotation), None
+    )
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1", "yes")
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        if kind is str:
+            return text
+    except ValueError:
+        raise WorldSpecError(f"{where}: {text!r} is not a valid {kind.__name__}") from None
+    raise WorldSpecError(f"{where}: fields of type {annotation} cannot be set from text")
+
+
+# -- run and judge ---------------------------------------------------------------------------
+
+
+@dataclass
+class ScenarioReport:
+    """One scenario run: the world, its baseline, and how they compare.
+
+    ``ok`` is true only when the world met the scenario's contract (under the
+    fault plan, if any), every compared tensor matched the baseline and the
+    outcome check passed. ``replay`` is the command that runs it again,
+    ``python_replay`` the same as a Python call.
+    """
+
+    scenario: str
+    world_size: int
+    seed: int
+    metric_name: str
+    steps: int = 0  # episodes / optimizer steps actually run
+    metric: float = float("nan")  # the final outcome metric
+    history: list[float] = field(default_factory=list)  # metric per step, distributed run
+    baseline_history: list[float] = field(default_factory=list)  # the same, baseline
+    max_grad_diff: float = 0.0
+    grads_checked: int = 0  # how many gradient tensors were compared
+    mismatches: list[Mismatch] = field(default_factory=list)
+    outcome_ok: bool = True
+    outcome_note: str = ""
+    contract_ok: bool = True
+    contract_note: str = ""
+    duration: float = 0.0
+    world: WorldResult | None = None
+    replay: str = ""
+    python_replay: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.contract_ok and self.outcome_ok and not self.mismatches
+
+    def problems(self) -> list[str]:
+        """Why this run is not ok, one line each (mismatches cut off after ten)."""
+        out = []
+        if not self.contract_ok:
+            out.append(f"contract: {self.contract_note}")
+        if not self.outcome_ok:
+            out.append(f"outcome: {self.outcome_note}")
+        out += [str(m) for m in self.mismatches[:MISMATCHES_SHOWN]]
+        if len(self.mismatches) > MISMATCHES_SHOWN:
+            out.append(f"... and {len(self.mismatches) - MISMATCHES_SHOWN} more mismatches")
+        return out
+
+
+def run_scenario(
+    scenario: Scenario | str,
+    config: Any = None,
+    *,
+    world_size: int | None = None,
+    seed: int = 0,
+    faults: FaultPlan | str | None = None,
+    deadline: float = DEFAULT_DEADLINE,
+    fuzz: float = 0.0,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> ScenarioReport:
+    """Run ``scenario`` in a real world, run its baseline, compare, judge.
+
+    ``config`` is the scenario's config, a mapping of overrides or None.
+    Bad input (world size, config, fault plan) raises before any process
+    starts; a failed world never raises: the report says what happened, and
+    :func:`check_report` raises on it.
+    """
+    import time
+
+    from ._launcher import run_world
+
+    started = time.monotonic()
+    sc = resolve(scenario)
+    size = sc.default_world_size if world_size is None else world_size
+    names = world_names(sc, size, where=f"{sc.name}: names")
+    cfg = make_config(sc, config)
+    validate = getattr(sc, "validate", None)
+    if validate is not None:
+        try:
+            validate(cfg, len(names), seed)
+        except ValueError as error:
+            raise WorldSpecError(f"{sc.name} config at world_size {len(names)}: {error}") from None
+    plan = FaultPlan.coerce(faults, where=f"{sc.name}: faults")
+    plan.validate(names, failpoints=sc.failpoints, where=f"{sc.name}: faults")
+    repro = Repro(world_size=len(names), seed=seed, scenario=sc.name, names=names, faults=str(plan),
+                  fuzz=fuzz, config=config_overrides(sc, cfg))
+    python = python_replay(sc.name, repro)
+    world = run_world(
+        sc.entry, names=names, seed=seed, deadline=deadline, faults=plan, failpoints=sc.failpoints,
+        args=(cfg,), fuzz=fuzz, repro=f"{repro.command()}\n    or: {python}", check=False,
+        on_progress=on_progress,
+    )
+    report = judge(sc, world, cfg)
+    report.replay, report.python_replay = repro.command(), python
+    report.duration = time.monotonic() - started
+    return report
+
+
+def python_replay(name: str, repro: Repro) -> str:
+    """The Python call that runs the world of ``repro`` again."""
+    text = f"harness.run_scenario({name!r}"
+    if repro.config:
+        text += f", {repro.config!r}"
+    text += f", world_size={repro.world_size}, seed={repro.seed}"
+    if repro.faults:
+        text += f", faults={repro.faults!r}"
+    if repro.fuzz:
+        text += f", fuzz={repro.fuzz!r}"
+    return text + ")"
+
+
+def judge(scenario: Scenario, world: WorldResult, config: Any) -> ScenarioReport:
+    """The judge's four jobs, in order, on a finished world."""
+    report = ScenarioReport(scenario=scenario.name, world_size=world.world_size, seed=world.seed,
+                            metric_name=scenario.metric_name, world=world)
+    records = scenario.records(world)
+    contract = scenario.contract(world, records, config)
+    report.contract_ok, report.contract_note = contract.ok, contract.note
+    report.details.update(contract.details)
+    if records is None:
+        report.outcome_note = "not checked: the world left no records to compare (see the contract)"
+        return report
+    expected = scenario.baseline(config, world.world_size, world.seed, records)
+    comparison = scenario.compare(records, expected, config, world.seed)
+    report.max_grad_diff, report.grads_checked = comparison.max_diff, comparison.checked
+    report.mismatches = comparison.mismatches
+    report.details.update(comparison.details)
+    outcome = scenario.outcome(records, expected, config)
+    report.outcome_ok, report.outcome_note = outcome.ok, outcome.note
+    report.metric, report.steps = outcome.metric, outcome.steps
+    report.history, report.baseline_history = outcome.history, outcome.baseline_history
+    report.details.update(outcome.details)
+    return report
+
+
+def check_report(report: ScenarioReport) -> None:
+    """Raise if ``report`` is not ok: :class:`GradientMismatch` when only
+    tensors differ from the baseline, ``AssertionError`` otherwise. The
+    message lists every problem and ends with the line that replays it."""
+    __tracebackhide__ = True
+    if report.ok:
+        return
+    lines = [f"{report.scenario} scenario (world_size={report.world_size}, seed={report.seed}) failed:"]
+    lines += [f"  {problem}" for problem in report.problems()]
+    if report.world is not None and not report.world.ok:
+        lines.append(report.world.report())
+    elif report.replay:
+        lines.append(f"Replay: {report.replay}")
+        if report.python_replay:
+            lines.append(f"    or: {report.python_replay}")
+    if report.mismatches and report.contract_ok and report.outcome_ok:
+        raise GradientMismatch("\n".join(lines))
+    raise AssertionError("\n".join(lines))
+
+
+def summary(report: ScenarioReport) -> dict[str, Any]:
+    """A JSON-ready summary of a report (what ``rpc-harness run --out`` writes)."""
+    out = {
+        "scenario": report.scenario, "world_size": report.world_size, "seed": report.seed,
+        "steps": report.steps, "metric_name": report.metric_name, "metric": report.metric,
+        "max_grad_diff": report.max_grad_diff, "grads_checked": report.grads_checked,
+        "duration": report.duration, "ok": report.ok, "contract_ok": report.contract_ok,
+        "contract_note": report.contract_note, "outcome_ok": report.outcome_ok,
+        "outcome_note": report.outcome_note, "problems": report.problems(),
+        "history": list(report.history), "baseline_history": list(report.baseline_history),
+        "replay": report.replay,
+    }
+    json.dumps(out, default=float)  # fail here, not half-way through a file
+    return out

@@ -1,0 +1,7 @@
+"""``python -m rpc_harness ...``: the ``rpc-harness`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,226 @@
+"""``rpc-harness bench``: every benchmark figure in one run.
+
+- world bring-up + teardown, harness vs the tutorials' way
+  (``torch.multiprocessing.spawn`` + ``init_rpc``), medians and ratio;
+- failure-report latency: a rank's death to the world's failure report;
+- unarmed failpoint cost, and its share of a scenario's run time;
+- what recording an RPC for the timeline adds to the call;
+- each scenario's steps per second and peak memory per rank.
+
+Timings are printed and written as JSON; they are never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from harness import run_world
+from harness.context import RankContext, activate, failpoint
+from harness.scenario import Scenario, run_scenario
+
+
+def noop(ctx: RankContext) -> int:
+    """The smallest useful entry: bring-up and teardown only."""
+    return ctx.rank
+
+
+def die_after_mark(ctx: RankContext) -> int:
+    """Rank 1 records the moment and SIGKILLs itself; the others wait."""
+    if ctx.rank == 1:
+        ctx.event("dying")
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+    return ctx.rank
+
+
+def _echo(x: int) -> int:
+    return x
+
+
+def rpc_pairs(ctx: RankContext, calls: int) -> dict[str, float] | None:
+    """Rank 0 times ``rpc_sync`` to rank 1 as recorded for the timeline and as
+    torch's own function, in alternating blocks so that drift hits both."""
+    import torch.distributed.rpc as rpc
+
+    if ctx.rank != 0:
+        return None
+    recorded, plain = rpc.rpc_sync, rpc.rpc_sync.__wrapped__
+    peer = ctx.names[1]
+    for i in range(20):  # warm both paths up (recorded calls count against the cap)
+        plain(peer, _echo, args=(i,))
+    times = {"recorded": 0.0, "plain": 0.0}
+    for _ in range(10):
+        for label, call in (("recorded", recorded), ("plain", plain)):
+            started = time.perf_counter()
+            for i in range(calls // 10):
+                call(peer, _echo, args=(i,))
+            times[label] += time.perf_counter() - started
+    return {label: total / calls for label, total in times.items()}
+
+
+def rpc_recording_cost(repeat: int, calls: int = 1000) -> dict[str, float]:
+    """Per-call microseconds of a recorded and a plain ``rpc_sync``, medians
+    over ``repeat`` worlds (one world's figure swings by 2x on a busy
+    machine). Calls stay under the recording cap, past which calls are not
+    recorded at all."""
+    samples = [run_world(rpc_pairs, world_size=2, args=(calls,), deadline=120).values[0] for _ in range(repeat)]
+    row = {
+        "recorded_us": statistics.median(s["recorded"] for s in samples) * 1e6,
+        "plain_us": statistics.median(s["plain"] for s in samples) * 1e6,
+        "added_us": statistics.median(s["recorded"] - s["plain"] for s in samples) * 1e6,
+        "worlds": repeat,
+    }
+    print(f"  rpc_sync round trip: {row['plain_us']:.0f} us; recording it for the timeline adds "
+          f"{row['added_us']:.0f} us (medians over {repeat} worlds)", flush=True)
+    return row
+
+
+def _spawn_rank(rank: int, world_size: int, init_method: str) -> None:
+    import warnings
+
+    import torch.distributed.rpc as rpc
+
+    warnings.filterwarnings("ignore", message="You are using a Backend")
+
+    options = rpc.TensorPipeRpcBackendOptions(init_method=init_method)
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
+    rpc.shutdown()
+
+
+def spawn_world(world_size: int) -> float:
+    """One world the tutorials' way; returns its wall time."""
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
+        started = time.perf_counter()
+        mp.spawn(_spawn_rank, args=(world_size, f"file://{folder}/store"), nprocs=world_size, join=True)
+        return time.perf_counter() - started
+
+
+def harness_world(world_size: int) -> float:
+    started = time.perf_counter()
+    run_world(noop, world_size=world_size, deadline=120)
+    return time.perf_counter() - started
+
+
+def bring_up(sizes: list[int], repeat: int, spawn_repeat: dict[int, int]) -> list[dict[str, Any]]:
+    harness_world(2)  # warm the forkserver: steady state is what tests see
+    rows = []
+    for size in sizes:
+        ours = [harness_world(size) for _ in range(repeat)]
+        theirs = [spawn_world(size) for _ in range(spawn_repeat.get(size, 1))]
+        rows.append({
+            "world_size": size,
+            "harness_median_s": statistics.median(ours),
+            "spawn_median_s": statistics.median(theirs),
+            "speedup": statistics.median(theirs) / statistics.median(ours),
+            "harness_runs": len(ours),
+            "spawn_runs": len(theirs),
+        })
+        print(f"  bring-up {size:>2} ranks: harness {rows[-1]['harness_median_s']:.3f}s, "
+              f"spawn {rows[-1]['spawn_median_s']:.3f}s, {rows[-1]['speedup']:.1f}x", flush=True)
+    return rows
+
+
+def failure_latency(repeat: int) -> dict[str, Any]:
+    samples = []
+    for _ in range(repeat):
+        result = run_world(die_after_mark, world_size=4, deadline=60, check=False)
+        reported = time.time()
+        dying = next(e["t"] for e in result[1].events if e.get("name") == "dying")
+        samples.append(reported - dying)
+    row = {"median_s": statistics.median(samples), "max_s": max(samples), "runs": repeat}
+    print(f"  death -> failure report: median {row['median_s'] * 1000:.0f} ms, max {row['max_s'] * 1000:.0f} ms", flush=True)
+    return row
+
+
+def failpoint_cost(calls: int = 200_000) -> float:
+    """Seconds per call of an unarmed ``harness.failpoint`` inside a rank."""
+    previous = activate(RankContext(rank=0, names=["worker0"], world_seed=0))
+    try:
+        started = time.perf_counter()
+        for _ in range(calls):
+            failpoint("bench.step")
+        return (time.perf_counter() - started) / calls
+    finally:
+        activate(previous)
+
+
+def scenario_rates(scenarios: list[Scenario], per_call: float) -> list[dict[str, Any]]:
+    """Each scenario's steps per second at its default size, and what its
+    failpoints cost of that."""
+    rows = []
+    for sc in scenarios:
+        name, size = sc.name, sc.default_world_size
+        report = run_scenario(sc, world_size=size, seed=1, deadline=300)
+        # Count failpoint hits by arming a zero-length delay at every point of every rank.
+        plan = ",".join(f"delay:{worker}@{point}=0s" for worker in sc.names(size) for point in sc.failpoints)
+        counted = run_scenario(sc, world_size=size, seed=1, deadline=300, faults=plan)
+        hits = len(counted.world.fired_faults()) if counted.world is not None else 0
+        peak = max((e.get("maxrss_kb", 0) for r in report.world.ranks for e in r.events), default=0) if report.world else 0
+        row = {
+            "scenario": name,
+            "world_size": size,
+            "steps": report.steps,
+            "duration_s": report.duration,
+            "steps_per_s": report.steps / report.duration if report.duration else 0.0,
+            "ok": report.ok,
+            "failpoint_hits": hits,
+            "failpoint_overhead_pct": 100.0 * hits * per_call / report.duration if report.duration else 0.0,
+            "peak_rss_mb_per_rank": peak / 1024.0,
+        }
+        rows.append(row)
+        print(f"  {name}: {row['steps_per_s']:.1f} steps/s over {row['steps']} steps in {row['duration_s']:.1f}s, "
+              f"{hits} failpoint hits = {row['failpoint_overhead_pct']:.4f}% overhead, "
+              f"peak RSS {row['peak_rss_mb_per_rank']:.0f} MB/rank", flush=True)
+    return rows
+
+
+def run_bench(*, quick: bool, json_path: str | None, repeat: int | None, scenarios: list[Scenario]) -> int:
+    sizes = [2, 4] if quick else [2, 4, 16]
+    repeat = repeat or (3 if quick else 10)
+    spawn_repeat = {2: 1, 4: 1} if quick else {2: 3, 4: 3, 16: 1}
+    print(f"rpc-harness bench ({os.cpu_count()} cores{', quick' if quick else ''})", flush=True)
+    figures: dict[str, Any] = {"cores": os.cpu_count(), "quick": quick}
+    figures["bring_up"] = bring_up(sizes, repeat, spawn_repeat)
+    figures["failure_latency"] = failure_latency(3 if quick else 5)
+    per_call = failpoint_cost()
+    figures["unarmed_failpoint_ns"] = per_call * 1e9
+    print(f"  unarmed failpoint: {per_call * 1e9:.0f} ns per call", flush=True)
+    figures["rpc_recording"] = rpc_recording_cost(3 if quick else 7)
+    figures["scenarios"] = [] if quick else scenario_rates(scenarios, per_call)
+    print()
+    print(table(figures))
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path, "w") as file:
+            json.dump(figures, file, indent=2)
+        print(f"\nwrote {json_path}")
+    return 0
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The figures as the README quotes them."""
+    lines = ["| measurement | harness | spawn way | ratio |", "|---|---|---|---|"]
+    for row in figures["bring_up"]:
+        lines.append(f"| {row['world_size']}-rank world up + down (median) | {row['harness_median_s']:.3f} s "
+                     f"| {row['spawn_median_s']:.2f} s | {row['speedup']:.0f}x |")
+    lat = figures["failure_latency"]
+    lines.append(f"| rank death -> failure report (median / max) | {lat['median_s'] * 1000:.0f} / {lat['max_s'] * 1000:.0f} ms | | |")
+    lines.append(f"| unarmed failpoint | {figures['unarmed_failpoint_ns']:.0f} ns/call | | |")
+    rec = figures["rpc_recording"]
+    lines.append(f"| rpc_sync round trip / added by recording it for the timeline (medians) | "
+                 f"{rec['plain_us']:.0f} / {rec['added_us']:.0f} us | | |")
+    for row in figures["scenarios"]:
+        lines.append(f"| {row['scenario']} (world {row['world_size']}) | {row['steps_per_s']:.1f} steps/s, "
+                     f"failpoints {row['failpoint_overhead_pct']:.4f}% of run time, "
+                     f"peak {row['peak_rss_mb_per_rank']:.0f} MB/rank | | |")
+    return "\n".join(lines)

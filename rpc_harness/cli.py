@@ -1,0 +1,403 @@
+"""The ``rpc-harness`` command: run scenarios, replay failures, draw, benchmark.
+
+    rpc-harness run [SCENARIO ... | all] [-n N] [--seed S] [--faults PLAN] ...
+    rpc-harness replay TOKEN
+    rpc-harness timeline TRACE.json [-o PICTURE.svg]
+    rpc-harness bench [--quick] [--json PATH] [--scenario NAME]
+    rpc-harness list
+
+Scenarios come from the registry (the ``rpc_harness.scenarios`` entry-point
+group), built-in and installed alike. Exit codes: 0 all good, 1 a scenario
+failed (or a replay reproduced its failure), 2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness import scenario as registry
+from harness.errors import FaultPlanError, ReplayError, ScenarioError, UsageError, WorldSpecError
+from harness.faults import FaultPlan
+from harness.progress import ProgressBar
+from harness.repro import Repro, decode
+from harness.scenario import Scenario, ScenarioReport
+from harness.seeds import fresh_seed
+
+INPUT_ERRORS = (WorldSpecError, FaultPlanError, ReplayError, ScenarioError, UsageError)
+PROGRESS_MODES = ("auto", "live", "lines", "off")
+DEFAULT_DEADLINE = 300.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except INPUT_ERRORS as error:
+        print(f"rpc-harness: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rpc-harness: interrupted; every rank was stopped", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rpc-harness", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run scenarios against their single-process baselines")
+    run.add_argument("scenarios", nargs="*", default=["all"],
+                     help="registered scenario names, or all (default); `rpc-harness list` shows them")
+    run.add_argument("--world-size", "-n", type=int, action="append",
+                     help="world size; repeat for several (default: each scenario's)")
+    run.add_argument("--seed", type=int, default=None, help="root seed (default: random, printed)")
+    run.add_argument("--faults", default=None,
+                     help="run only this fault plan, e.g. kill:trainer2@trainer.step#3 "
+                          "(default: a clean world plus each scenario's fault checks)")
+    run.add_argument("--no-fault-checks", action="store_true",
+                     help="run only the clean world of each scenario, not its fault checks")
+    run.add_argument("--steps", type=int, default=None,
+                     help="training budget in the scenario's own unit (`rpc-harness list` names it)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario config field")
+    run.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE,
+                     help=f"deadline of each world in seconds (default: {DEFAULT_DEADLINE:g})")
+    run.add_argument("--fuzz", type=float, default=0.0, help="schedule fuzzing: largest seeded delay in seconds (default: off)")
+    run.add_argument("--out", default=None, help="folder for traces, timelines, curves and a JSON summary of every world")
+    run.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
+                     help="progress bars: redrawn in place (live), a line per quarter (lines), none (off); "
+                          "auto: live on a terminal, lines otherwise")
+    run.set_defaults(func=cmd_run)
+
+    replay = sub.add_parser("replay", help="run a failing world again from its repro token")
+    replay.add_argument("token", help="the token printed after 'rpc-harness replay'")
+    replay.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE, help="deadline of the world in seconds")
+    replay.add_argument("--out", default=None, help="folder for the trace, timeline and curves")
+    replay.add_argument("--progress", choices=PROGRESS_MODES, default="auto", help="progress bar style, as for run")
+    replay.set_defaults(func=cmd_replay)
+
+    timeline = sub.add_parser("timeline", help="draw a world's Chrome trace as an SVG timeline")
+    timeline.add_argument("trace", help="a .trace.json written by rpc-harness or its pytest plugin")
+    timeline.add_argument("-o", "--output", default=None,
+                          help="the SVG to write (default: the trace's name, ending .timeline.svg)")
+    timeline.set_defaults(func=cmd_timeline)
+
+    bench = sub.add_parser("bench", help="measure world bring-up, failure latency, failpoint overhead, scenarios")
+    bench.add_argument("--quick", action="store_true", help="fewer repetitions and sizes (a smoke run)")
+    bench.add_argument("--json", default="rpc-harness-out/bench.json", help="where to write the figures as JSON")
+    bench.add_argument("--repeat", type=int, default=None, help="repetitions per harness measurement")
+    bench.add_argument("--scenario", action="append", default=None,
+                       help="measure this scenario (repeatable; default: every registered one)")
+    bench.set_defaults(func=cmd_bench)
+
+    listing = sub.add_parser("list", help="the registered scenarios: sizes, budget, failpoints, config")
+    listing.set_defaults(func=cmd_list)
+    return parser
+
+
+# -- run --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """One world of a run: a scenario at a size, under a fault plan."""
+
+    scenario: Scenario
+    repro: Repro
+    label: str  # "clean", or what the fault check is ("kill", "slow")
+
+    @property
+    def stem(self) -> str:
+        suffix = "" if self.label == "clean" else f"-{self.label}"
+        return f"{self.scenario.name}-w{self.repro.world_size}{suffix}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else fresh_seed()
+    jobs = plan_jobs(args, seed)  # every input checked before any world starts
+    if args.out:
+        check_writable_folder(args.out, "--out")
+    names = ", ".join(dict.fromkeys(job.scenario.name for job in jobs))
+    print(f"rpc-harness run: scenarios {names}, seed {seed}, {len(jobs)} world(s)")
+    rows = []
+    for job in jobs:
+        report = run_job(job, deadline=args.deadline, progress=args.progress)
+        rows.append((job, report))
+        print_outcome(report, job)
+        if args.out:
+            write_outputs(args.out, report, job)
+    print()
+    print(summary_table(rows))
+    if args.out:
+        write_summary(args.out, rows, seed)
+        print(f"\nwrote traces, timelines, curves and summary.json to {args.out}")
+    return 0 if all(report.ok for _, report in rows) else 1
+
+
+def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
+    """Every world the command line asks for, validated: scenario names,
+    sizes, config overrides, fault plans, fuzz."""
+    if args.fuzz < 0 or args.fuzz > 1:
+        raise UsageError(f"--fuzz {args.fuzz:g}: use the largest delay in seconds, 0..1")
+    if not args.deadline > 0:
+        raise UsageError(f"--deadline {args.deadline:g}: use seconds > 0")
+    jobs = []
+    for sc in scenarios_named(args.scenarios):
+        overrides = registry.parse_overrides(sc, args.set, args.steps)
+        config = registry.make_config(sc, overrides)
+        for size in args.world_size or [sc.default_world_size]:
+            names = registry.world_names(sc, size, where=f"-n {size}")
+            if args.faults is not None:
+                plans = {"faults": args.faults}
+            else:
+                plans = {"clean": ""}
+                if not args.no_fault_checks:
+                    plans.update(fault_checks(sc, size, config))
+            for label, text in plans.items():
+                plan = FaultPlan.parse(text, where="--faults")
+                plan.validate(names, failpoints=sc.failpoints, where="--faults")
+                validate = getattr(sc, "validate", None)
+                if validate is not None:
+                    try:
+                        validate(config, size, seed)
+                    except ValueError as error:
+                        raise UsageError(f"{sc.name} at world size {size}: {error}") from None
+                repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, faults=str(plan),
+                              fuzz=args.fuzz, config=overrides)
+                jobs.append(Job(sc, repro, label))
+    return jobs
+
+
+def fault_checks(sc: Scenario, world_size: int, config: object) -> dict[str, str]:
+    """The fault plans a scenario declares for its contracts at this size
+    (``fault_checks(world_size, config)``, optional), by label."""
+    declared = getattr(sc, "fault_checks", None)
+    return dict(declared(world_size, config)) if declared is not None else {}
+
+
+def scenarios_named(requested: Sequence[str]) -> list[Scenario]:
+    """The scenarios asked for, ``all`` meaning every registered one."""
+    out: dict[str, Scenario] = {}
+    for name in requested:
+        for one in registry.available() if name == "all" else [name]:
+            if one not in out:
+                out[one] = registry.load(one)
+    if not out:
+        raise UsageError("no scenario is registered: is rpc-harness installed (pip install -e .)?")
+    return list(out.values())
+
+
+def run_job(job: Job, *, deadline: float, progress: str = "auto") -> ScenarioReport:
+    """Run one world of the run, with a progress bar."""
+    repro = job.repro
+    what = f", faults {repro.faults}" if repro.faults else ""
+    print(f"  running {job.scenario.name} (world {repro.world_size}, seed {repro.seed}{what}) ...", flush=True)
+    bar = None
+    if progress != "off":
+        live = {"live": True, "lines": False}.get(progress)
+        label = f"{job.scenario.name} w{repro.world_size}" + ("" if job.label == "clean" else f" {job.label}")
+        bar = ProgressBar(label, live=live, after_world="comparing with the single-process baseline")
+    try:
+        report = registry.run_scenario(
+            job.scenario, repro.config, world_size=repro.world_size, seed=repro.seed,
+            faults=repro.faults or None, deadline=deadline, fuzz=repro.fuzz, on_progress=bar,
+        )
+    except BaseException:
+        if bar is not None:
+            bar.finish("interrupted")
+        raise
+    if bar is not None:
+        bar.finish("ok" if report.ok else "FAILED")
+    return report
+
+
+def print_outcome(report: ScenarioReport, job: Job) -> None:
+    mark = "ok" if report.ok else "FAILED"
+    print(f"  {mark}: {report.scenario} world {report.world_size} ({job.label}): {report.metric_name} "
+          f"{report.metric:.4g} after {report.steps} steps, max grad diff {report.max_grad_diff:.2g} "
+          f"over {report.grads_checked} tensors, {report.duration:.1f}s")
+    if report.contract_note:
+        print(f"    contract: {report.contract_note.splitlines()[0]}")
+    if not report.ok:
+        for problem in report.problems():
+            print(f"    {problem.splitlines()[0]}")
+        if report.world is not None and not report.world.ok:
+            print("\n".join("    " + line for line in report.world.report().splitlines()))
+        print(f"  Replay: {report.replay}")
+
+
+def summary_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:
+    """The run's table: one row per world, with the fault check it ran."""
+    header = ("scenario", "world", "faults", "steps", "outcome metric", "max grad diff", "grads", "time", "result")
+    table = [header]
+    for job, r in rows:
+        table.append((
+            r.scenario, str(r.world_size), job.label if not job.repro.faults else f"{job.label}: {job.repro.faults}",
+            str(r.steps), f"{r.metric_name} {r.metric:.4g}", f"{r.max_grad_diff:.2g}", str(r.grads_checked),
+            f"{r.duration:.1f}s", "ok" if r.ok else "FAILED",
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def check_writable_folder(folder: str, option: str) -> None:
+    """Create ``folder`` and prove it can be written, before any work is done."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".rpc-harness-probe-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise UsageError(f"{option} {folder}: cannot write there ({error.strerror or error})") from None
+
+
+def check_writable_file(path: str, option: str) -> None:
+    """The folder of ``path`` exists (or can be made) and ``path`` can be written."""
+    check_writable_folder(os.path.dirname(os.path.abspath(path)), option)
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path}: is a folder, not a file")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise UsageError(f"{option} {path}: cannot write there (permission denied)")
+
+
+def write_outputs(folder: str, report: ScenarioReport, job: Job) -> None:
+    from harness.plots import write_curves
+    from harness.timeline import write_timeline
+    from harness.trace import write_trace
+
+    stem = os.path.join(folder, job.stem)
+    title = f"{report.scenario}, world {report.world_size}, seed {report.seed}" + (
+        f", {job.repro.faults}" if job.repro.faults else "")
+    if report.world is not None:
+        trace = write_trace(report.world, stem + ".trace.json")
+        write_timeline(trace, stem + ".timeline.svg", title=title)
+    series = {"distributed": list(report.history)}
+    if report.baseline_history:
+        series["baseline"] = list(report.baseline_history)
+    write_curves(stem + ".curves.svg", title, report.metric_name, series)
+
+
+def write_summary(folder: str, rows: Sequence[tuple[Job, ScenarioReport]], seed: int) -> None:
+    worlds = [dict(registry.summary(report), check=job.label, faults=job.repro.faults) for job, report in rows]
+    with open(os.path.join(folder, "summary.json"), "w") as file:
+        json.dump({"seed": seed, "worlds": worlds}, file, indent=2, default=float)
+
+
+# -- replay -----------------------------------------------------------------------
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if args.token.isdigit():
+        raise UsageError(
+            f"{args.token} is a seed, not a repro token: run it with `rpc-harness run SCENARIO --seed "
+            f"{args.token}` (and the same -n, --faults, --steps), or in pytest with --rpc-seed={args.token}"
+        )
+    repro = decode(args.token)
+    if args.out:
+        check_writable_folder(args.out, "--out")
+    if repro.entry is not None:
+        return _replay_entry(repro, args.deadline)
+    sc = registry.load(repro.scenario or "")
+    expected = registry.world_names(sc, repro.world_size, where="repro token")
+    if repro.names and tuple(repro.names) != expected:
+        raise ReplayError(
+            f"the token's worker names {list(repro.names)} are not what {sc.name} gives a world of "
+            f"{repro.world_size} today ({list(expected)}): the scenario changed since the token was made"
+        )
+    print(f"rpc-harness replay: {repro.scenario}, world {repro.world_size}, seed {repro.seed}"
+          + (f", faults {repro.faults}" if repro.faults else "") + (f", fuzz {repro.fuzz}" if repro.fuzz else ""))
+    job = Job(sc, repro, "replay")
+    report = run_job(job, deadline=args.deadline, progress=args.progress)
+    print_outcome(report, job)
+    if args.out:
+        write_outputs(args.out, report, job)
+    if report.ok:
+        print("replay: the world did NOT fail this time: the failure does not reproduce from this token "
+              "(fixed, or it depended on timing outside the seed)")
+        return 0
+    print("replay: the failure reproduced")
+    return 1
+
+
+def _replay_entry(repro: Repro, deadline: float) -> int:
+    from harness import run_world
+
+    # The entry's module is imported the way the test run that printed the
+    # token imported it: from its folder, or from here.
+    for folder in (repro.path, os.getcwd()):
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
+    result = run_world(repro.entry or "", names=repro.names or None, world_size=repro.world_size,
+                       seed=repro.seed, faults=repro.faults or None, fuzz=repro.fuzz,
+                       deadline=deadline, repro=repro.command(), check=False)
+    print(result.report())
+    if result.ok:
+        print("replay: the world did NOT fail this time: the failure does not reproduce from this token")
+        return 0
+    print("replay: the failure reproduced")
+    return 1
+
+
+# -- timeline ---------------------------------------------------------------------
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from harness.timeline import write_timeline
+
+    try:
+        with open(args.trace, encoding="utf-8") as file:
+            document = json.load(file)
+    except OSError as error:
+        raise UsageError(f"cannot read the trace {args.trace!r}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise UsageError(f"{args.trace!r} is not JSON: {error}") from None
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    if not isinstance(events, list):
+        raise UsageError(f"{args.trace!r} is not a Chrome trace: no list of traceEvents")
+    stem = args.trace.removesuffix(".json").removesuffix(".trace")
+    output = args.output or stem + ".timeline.svg"
+    check_writable_file(output, "-o")
+    write_timeline(document, output, title=os.path.basename(stem))
+    print(f"wrote {output}")
+    return 0
+
+
+# -- bench and list -------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    if args.repeat is not None and args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
+    scenarios = scenarios_named(args.scenario or ["all"])
+    if args.json:
+        check_writable_file(args.json, "--json")
+    return run_bench(quick=args.quick, json_path=args.json, repeat=args.repeat, scenarios=scenarios)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for sc in scenarios_named(["all"]):
+        fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(sc.config_type))
+        checks = fault_checks(sc, sc.default_world_size, sc.config_type())
+        print(f"{sc.name}: {sc.summary}")
+        print(f"    world sizes {sc.min_world_size}.. (default {sc.default_world_size}): "
+              f"{', '.join(sc.names(sc.default_world_size))}")
+        print(f"    --steps sets {sc.steps_field}; metric: {sc.metric_name}")
+        print(f"    failpoints: {', '.join(sc.failpoints)}")
+        if checks:
+            print(f"    fault checks: {'; '.join(f'{k}: {v}' for k, v in checks.items())}")
+        print(f"    config: {fields}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The launcher's input checks: bad worlds are refused before any process starts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import worlds
+
+import harness
+from harness import WorldSpecError
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"OMP_NUM_THREADS": "two"}, "env OMP_NUM_THREADS='two' is not a positive whole number"),
+     ({"OMP_NUM_THREADS": "0"}, "env OMP_NUM_THREADS='0' is not a positive whole number"),
+     ({"X": 1}, "env must map str to str, got 'X': 1")],
+)
+def test_a_bad_env_is_refused_before_any_rank_starts(env, message):
+    with pytest.raises(WorldSpecError, match=re.escape(message)):
+        harness.run_world(worlds.thread_count, world_size=2, env=env)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"world_size": 0}, "invalid world_size 0"),
+        ({"world_size": True}, "invalid world_size True"),
+        ({"world_size": 2, "names": ["a"]}, "1 names given for world_size=2"),
+        ({"world_size": 2, "names": ["a", "a"]}, "duplicate worker names"),
+        ({"world_size": 2, "names": ["a b", "c"]}, "invalid worker name 'a b'"),
+        ({"world_size": 2, "deadline": 0}, "invalid deadline 0"),
+        ({"world_size": 2, "deadline": float("inf")}, "invalid deadline inf"),
+        ({"world_size": 2, "seed": -1}, "invalid seed -1"),
+        ({"world_size": 2, "args": (lambda: 1,)}, "cannot be pickled"),
+        ({"world_size": 2, "faults": "kill:nobody@x.step"}, "unknown worker 'nobody'"),
+        ({"world_size": 2, "faults": "explode:worker0@x.step"}, "unknown fault kind 'explode'"),
+        ({}, "give world_size"),
+    ],
+)
+def test_bad_input_is_rejected_before_any_process_starts(monkeypatch, kwargs, message):
+    monkeypatch.setattr(harness._launcher, "launch", lambda spec: pytest.fail("a world was started"))
+    with pytest.raises(ValueError) as caught:
+        harness.run_world(worlds.identity, **kwargs)
+    assert message in str(caught.value)
+    assert isinstance(caught.value, harness.HarnessError)
+
+
+def test_entries_must_be_importable_by_name(monkeypatch):
+    monkeypatch.setattr(harness._launcher, "launch", lambda spec: pytest.fail("a world was started"))
+
+    def nested(ctx):
+        return 1
+
+    for entry, message in [
+        (lambda ctx: 1, "cannot be imported by name"),
+        (nested, "cannot be imported by name"),
+        (42, "is not callable"),
+        ("worlds:no_such_function", "does not name a function"),
+        ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
+        ("worlds.identity", "is not of the form"),
+    ]:
+        with pytest.raises(WorldSpecError) as caught:
+            harness.run_world(entry, world_size=2)
+        assert message in str(caught.value)
+
+
+def test_failpoints_outside_a_world_do_nothing():
+    assert harness.current_context() is None
+    harness.failpoint("anything")  # must not raise

@@ -1,0 +1,71 @@
+"""Repro tokens, and Hypothesis strategies that shrink towards the smallest world."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import find
+from hypothesis import strategies as st
+
+from harness import ReplayError
+from harness import strategies as hs
+from harness.repro import Repro, decode
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def test_tokens_round_trip():
+    repro = Repro(world_size=3, seed=42, scenario="ps", names=("parameter_server", "trainer1", "trainer2"),
+                  faults="kill:trainer2@trainer.step#3", fuzz=0.01, config={"steps": 4})
+    token = repro.token()
+    assert token.startswith("rpch1_")
+    assert decode(token) == repro
+    assert repro.command() == f"rpc-harness replay {token}"
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("hello", "not an rpc-harness repro token"),
+        ("rpch9_abc", "format version '9'; this rpc-harness reads version 1"),
+        ("rpch1_!!!!", "corrupt repro token"),
+    ],
+)
+def test_bad_tokens_say_what_is_wrong(token, message):
+    with pytest.raises(ReplayError, match=re.escape(message)):
+        decode(token)
+
+
+def test_a_token_with_a_bad_plan_is_refused_before_running():
+    bad = Repro(world_size=2, seed=1, entry="m:f").token().replace("rpch1_", "rpch1_")
+    assert decode(bad).faults == ""
+    with pytest.raises(Exception, match="unknown fault kind"):
+        Repro(world_size=2, seed=1, entry="m:f", faults="boom:w0@x").plan  # noqa: B018
+
+
+def test_world_strategy_shrinks_to_the_smallest_failing_world():
+    case = find(hs.worlds(min_size=1, max_size=8), lambda c: c.world_size >= 3)
+    assert case.world_size == 3
+    assert case.names == ("worker0", "worker1", "worker2")
+    assert case.seed == 0
+
+
+def test_fault_plans_shrink_to_fewer_earlier_milder_faults():
+    names = ["ps", "trainer1", "trainer2"]
+    plan = find(hs.fault_plans(names, ["trainer.step", "ps.forward"], max_faults=3), lambda p: len(p) >= 1)
+    assert len(plan) == 1
+    (fault,) = plan
+    assert (fault.kind, fault.target, fault.point, fault.hit) == ("delay", "ps", "trainer.step", 1)
+
+
+def test_strategies_only_draw_failpoint_kinds():
+    with pytest.raises(ValueError, match="failpoint kinds"):
+        hs.faults(["a"], ["x"], kinds=("msgfail",))
+
+
+def test_profiles_are_registered_and_bounded():
+    settings = hs.world_settings()
+    assert settings.deadline is None
+    assert settings.max_examples <= 60
+    assert st is not None

@@ -1,0 +1,131 @@
+"""One scenario shape: the registry, and every scenario behaving alike on
+bad input -- one error type, one wording, before any process starts."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import metadata
+
+import pytest
+
+import harness
+from harness import ScenarioError, WorldSpecError
+from harness import scenario as registry
+from rpc_harness.cli import main
+
+BUILT_IN = ("ps", "rl", "rnn")
+
+
+class Started(Exception):
+    """Raised by the stand-in for run_world: a world would have started."""
+
+
+@pytest.fixture
+def no_world(monkeypatch):
+    """Make starting a world an error that records what it was asked for."""
+    asked = []
+
+    def refuse(entry, **kwargs):
+        asked.append(kwargs)
+        raise Started(kwargs.get("names"))
+
+    monkeypatch.setattr("harness._launcher.run_world", refuse)
+    return asked
+
+
+def test_the_built_in_scenarios_are_registered_by_entry_point_and_have_the_shape():
+    assert set(BUILT_IN) <= set(registry.available())
+    for name in BUILT_IN:
+        sc = registry.load(name)
+        assert isinstance(sc, harness.Scenario) and sc.name == name
+        fields = {f.name: f.default for f in dataclasses.fields(sc.config_type)}
+        assert {"rtol", "atol", sc.steps_field} <= set(fields), "tolerances live in every Config"
+        assert sc.min_world_size <= sc.default_world_size
+        assert len(sc.names(sc.default_world_size)) == sc.default_world_size
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [(1, "invalid world_size 1; the scenario needs >= 2 ranks"),
+     (300, "invalid world_size 300; use at most 256"),
+     ("3", "invalid world_size '3'; use a whole number"),
+     (True, "invalid world_size True; use a whole number")],
+)
+def test_a_bad_world_size_is_one_error_everywhere_before_any_world(no_world, name, size, message):
+    with pytest.raises(WorldSpecError, match=f"^{name}: {message}"):
+        harness.run_scenario(name, world_size=size)
+    with pytest.raises(WorldSpecError, match=f"^{name}: {message}"):
+        registry.load(name).names(size)
+    assert no_world == []
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_run_defaults_to_the_scenarios_default_world_size(no_world, name):
+    sc = registry.load(name)
+    with pytest.raises(Started):
+        harness.run_scenario(name)
+    assert no_world[0]["names"] == sc.names(sc.default_world_size)
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_a_bad_config_is_refused_naming_the_field(no_world, name):
+    sc = registry.load(name)
+    with pytest.raises(WorldSpecError, match=f"^{name} config: no field 'nope'; fields: "):
+        harness.run_scenario(name, {"nope": 1})
+    with pytest.raises(WorldSpecError, match=f"^{name} config: {sc.steps_field} must be a whole number >= 1, got 0"):
+        harness.run_scenario(name, {sc.steps_field: 0})
+    with pytest.raises(WorldSpecError, match=f"expected a {sc.config_type.__name__} or a mapping"):
+        harness.run_scenario(name, 5)
+    assert no_world == []
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["-n", "1"], "needs >= 2 ranks"), (["-n", "300"], "use at most 256"),
+     (["--steps", "-1"], "--steps -1: the training budget"), (["--steps", "0"], "must be a whole number >= 1"),
+     (["--fuzz", "5"], "--fuzz 5: use the largest delay in seconds, 0..1")],
+)
+def test_the_cli_refuses_bad_input_for_every_scenario_with_exit_2(no_world, capsys, name, argv, message):
+    assert main(["run", name, "--progress", "off", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rpc-harness: error: ") and message in err and "Traceback" not in err
+    assert no_world == []
+
+
+def test_overrides_are_typed_by_field_including_optional_ones():
+    ps = registry.load("ps")
+    assert registry.parse_overrides(ps, ["perturb_step=3", "mnist_root=none", "lr=0.5"], steps=4) == {
+        "perturb_step": 3, "mnist_root": None, "lr": 0.5, "batches": 4}
+    assert registry.parse_overrides(ps, ["mnist_root=/data"]) == {"mnist_root": "/data"}
+    rl = registry.load("rl")
+    assert registry.parse_overrides(rl, ["stop_when_solved=no"]) == {"stop_when_solved": False}
+    with pytest.raises(WorldSpecError, match="'maybe' is not a valid bool"):
+        registry.parse_overrides(rl, ["stop_when_solved=maybe"])
+    with pytest.raises(WorldSpecError, match="use KEY=VALUE"):
+        registry.parse_overrides(rl, ["episodes"])
+
+
+def test_unknown_and_broken_scenarios_are_named(monkeypatch):
+    with pytest.raises(ScenarioError, match="unknown scenario 'chess'; registered scenarios: .*ps, rl, rnn"):
+        registry.load("chess")
+    broken = metadata.EntryPoint("broken", "no_such_module_xyz:SCENARIO", registry.ENTRY_POINT_GROUP)
+    twice = metadata.EntryPoint("rl", "elsewhere:SCENARIO", registry.ENTRY_POINT_GROUP)
+    real = list(metadata.entry_points(group=registry.ENTRY_POINT_GROUP))
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [*real, broken])
+    with pytest.raises(ScenarioError, match=r"scenario 'broken' \(no_such_module_xyz:SCENARIO\) failed to load: "
+                                            "ModuleNotFoundError"):
+        registry.load("broken")
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [*real, twice])
+    with pytest.raises(ScenarioError, match="two packages register the scenario 'rl'"):
+        registry.available()
+
+
+def test_an_object_without_the_shape_is_refused_naming_what_it_lacks():
+    class Half:
+        name = "half"
+        summary = "half a scenario"
+
+    with pytest.raises(ScenarioError, match=r"lacks min_world_size \(int\), .*entry\(\), names\(\), records\(\)"):
+        registry.check_shape(Half(), where="test")

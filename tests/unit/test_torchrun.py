@@ -1,0 +1,111 @@
+"""rpc_harness.torchrun's pieces, in process: environment, scenario loading, plans, summaries."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import pytest
+import torch
+import torchrun_scenario as tiny
+
+import harness
+from harness.errors import FaultPlanError, UsageError
+from harness.rank_setup import rpc_backend
+from rpc_harness import torchrun
+
+
+def test_launch_env_reads_torchrun_variables_and_names_what_is_missing():
+    env = torchrun.LaunchEnv.from_environ({
+        "RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
+        "LOCAL_RANK": "1", "TORCHELASTIC_USE_AGENT_STORE": "True",
+    })
+    assert (env.rank, env.world_size, env.master_addr, env.master_port, env.local_rank, env.agent_store) == (
+        3, 4, "10.0.0.1", 29500, 1, True)
+    with pytest.raises(UsageError, match="MASTER_PORT is not set"):
+        torchrun.LaunchEnv.from_environ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "x"})
+    with pytest.raises(UsageError, match="does not fit"):
+        torchrun.LaunchEnv.from_environ({"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "x", "MASTER_PORT": "1"})
+
+
+def test_main_without_torchrun_environment_is_a_usage_error(monkeypatch, capsys):
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(torchrun, "die_with_parent", lambda: None)
+    assert torchrun.main(["--scenario", "torchrun_scenario:SCENARIO", "--seed", "1"]) == 2
+    assert "RANK is not set" in capsys.readouterr().err
+
+
+def test_loopback_detection_decides_the_interface_pinning(monkeypatch):
+    assert torchrun.is_loopback("127.0.0.1") and torchrun.is_loopback("::1") and torchrun.is_loopback("localhost")
+    assert not torchrun.is_loopback("10.1.2.3") and not torchrun.is_loopback("[2001:db8::1]")
+    monkeypatch.delenv("TP_SOCKET_IFNAME", raising=False)  # restored after the test, both
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert not torchrun.pin_loopback("10.1.2.3") and "TP_SOCKET_IFNAME" not in os.environ
+    assert torchrun.pin_loopback("127.0.0.2")
+    assert os.environ["TP_SOCKET_IFNAME"] == os.environ["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+def test_scenario_loading_config_overrides_and_fault_plans():
+    scenario = torchrun.load_scenario("torchrun_scenario:SCENARIO")
+    assert scenario is tiny.SCENARIO
+    assert torchrun.build_config(scenario, ["steps=5", "scale=0.5"]) == tiny.Config(steps=5, scale=0.5)
+    assert torchrun.build_config(scenario, [], steps=7) == tiny.Config(steps=7)
+    with pytest.raises(UsageError, match="no field 'nope'"):
+        torchrun.build_config(scenario, ["nope=1"])
+    with pytest.raises(UsageError, match="not a valid int"):
+        torchrun.build_config(scenario, ["steps=many"])
+    with pytest.raises(UsageError, match="steps and dim must be >= 1"):
+        torchrun.build_config(scenario, ["steps=0"])
+    with pytest.raises(UsageError, match="cannot load scenario 'no_such_scenario_module:X'"):
+        torchrun.load_scenario("no_such_scenario_module:X")
+    with pytest.raises(UsageError, match="unknown scenario 'chess'; registered scenarios: ps, rl, rnn"):
+        torchrun.load_scenario("chess")
+    with pytest.raises(UsageError, match="is not a scenario: it lacks name"):
+        torchrun.load_scenario("json:JSONDecoder")
+    names = tiny.names(3)
+    plan = torchrun.build_plan("delay:owner@tiny.step=10ms,msgdelay:worker1@PYTHON_CALL=1ms", names, tiny.FAILPOINTS)
+    assert len(plan) == 2
+    with pytest.raises(FaultPlanError, match="kill and hang faults need the harness"):
+        torchrun.build_plan("kill:worker1@tiny.step#2", names, tiny.FAILPOINTS)
+    with pytest.raises(FaultPlanError, match="unknown worker"):
+        torchrun.build_plan("delay:trainer9@tiny.step=1s", names, tiny.FAILPOINTS)
+
+
+def test_backend_options_pick_the_faulty_agent_only_for_message_faults():
+    names = tiny.names(2)
+    plain = harness.RankContext(rank=1, names=names, world_seed=1)
+    backend, options = rpc_backend(plain, "env://", rpc_timeout=30.0)
+    assert backend.name == "TENSORPIPE" and options.rpc_timeout == 30.0 and options.init_method == "env://"
+    plan = torchrun.build_plan("msgdelay:worker1@PYTHON_CALL=5ms", names, tiny.FAILPOINTS)
+    faulty = harness.RankContext(rank=1, names=names, world_seed=1, faults=plan)
+    backend, options = rpc_backend(faulty, "env://", rpc_timeout=30.0)
+    assert backend.name == "FAULTY_TENSORPIPE" and options.messages_to_delay == {"PYTHON_CALL": pytest.approx(0.005)}
+
+
+def test_summaries_are_strict_json_for_any_return_value():
+    @dataclasses.dataclass
+    class Record:
+        loss: float
+        grads: dict
+
+    value = {
+        "record": Record(float("nan"), {"w": torch.ones(2, 3), "big": torch.zeros(100)}),
+        "history": list(range(1500)),
+        "inf": float("-inf"),
+        "ints": torch.arange(3),
+        "other": object(),
+        "empty": torch.empty(0),
+    }
+    out = torchrun.summarise(value)
+    text = json.dumps(out, allow_nan=False)  # raises on a NaN that slipped through
+    assert out["record"]["type"] == "Record" and out["record"]["loss"] == "nan" and out["inf"] == "-inf"
+    assert out["record"]["grads"]["w"] == {"tensor": [2, 3], "dtype": "float32", "norm": math.sqrt(6),
+                                           "values": [[1.0] * 3] * 2}
+    assert "values" not in out["record"]["grads"]["big"] and out["record"]["grads"]["big"]["norm"] == 0.0
+    assert out["ints"] == {"tensor": [3], "dtype": "int64", "values": [0, 1, 2]}
+    assert len(out["history"]) == 1001 and out["history"][-1] == "... 500 more"
+    assert out["other"].startswith("<object object") and out["empty"]["norm"] == 0.0
+    assert "NaN" not in text

@@ -1,0 +1,77 @@
+"""The rpc-harness command on real worlds: the summary table, files written, traces, replay."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from rpc_harness.cli import main
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def test_run_writes_table_traces_curves_and_summary(tmp_path, capsys):
+    # Eight batches a trainer: with four, held-out accuracy ends near the
+    # 0.5 bar, above or below it depending on the trainers' interleaving.
+    code = main(["run", "ps", "-n", "3", "--steps", "8", "--seed", "1", "--progress", "off",
+                 "--faults", "delay:trainer2@trainer.step#2=0.001s", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "ps w3  [" not in out  # --progress off
+    assert "scenario  world  faults" in out and "outcome metric" in out
+    assert re.search(r"^ps +3 +faults: delay:trainer2@trainer.step#2=0.001s ", out, re.M), out
+    trace = json.loads((tmp_path / "ps-w3-faults.trace.json").read_text())
+    tracks = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert tracks == {0: "rank 0 (parameter_server)", 1: "rank 1 (trainer1)", 2: "rank 2 (trainer2)"}
+    faults = [e for e in trace["traceEvents"] if e.get("cat") == "fault"]
+    assert [(e["pid"], e["args"]["fault"]) for e in faults] == [(2, "delay:trainer2@trainer.step#2=0.001s")]
+    assert all({"ph", "pid", "tid", "name"} <= set(e) for e in trace["traceEvents"])
+    assert any(e["ph"] == "X" and e["name"] == "entry" for e in trace["traceEvents"])
+    # RPCs the trainers issued, named by the method the tutorial's helper calls.
+    rpcs = {(e["pid"], e["name"]) for e in trace["traceEvents"] if e["ph"] == "b"}
+    assert (1, "rpc_sync -> parameter_server: call_method(ParameterServer.get_dist_gradients)") in rpcs
+    assert (2, "rpc_async -> parameter_server: _script_local_optimizer_step") in rpcs
+    assert (tmp_path / "ps-w3-faults.curves.svg").read_text().startswith("<svg")
+    timeline = (tmp_path / "ps-w3-faults.timeline.svg").read_text()
+    assert timeline.startswith("<svg") and "rank 2 (trainer2)" in timeline and "trainer.step#2" in timeline
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["seed"] == 1 and summary["worlds"][0]["ok"] is True
+
+
+def _bars(out, label):
+    """(done, total, unit, line) of each progress line drawn for ``label``."""
+    found = []
+    for line in out.splitlines():
+        if line.strip().startswith(label + "  ["):
+            count, unit = line.split("]")[1].split()[:2]
+            done, total = map(int, count.split("/"))
+            found.append((done, total, unit, line.strip()))
+    return found
+
+
+def test_run_draws_a_progress_bar_per_scenario_from_what_the_ranks_report(capsys):
+    code = main(["run", "rl", "ps", "-n", "3", "--steps", "8", "--seed", "3", "--progress", "lines"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for label, total, unit, metric in (("rl w3", 8, "episodes", "running reward"), ("ps w3", 16, "batches", "loss")):
+        bars = _bars(out, label)
+        # Lines mode: at most a line per quarter, then the verdict. Which
+        # count a quarter line shows depends on timing (reports are
+        # throttled); that each is a later quarter than the last does not.
+        quarters = [done * 4 // total for done, _, _, _ in bars[:-1]]
+        assert quarters == sorted(set(quarters)) and all(1 <= q <= 3 for q in quarters), bars
+        assert all(t == total and u == unit for _, t, u, _ in bars), bars
+        assert bars[-1][0] == total, "the last report is never held back"
+        assert metric in bars[-1][3] and "  ok  " in bars[-1][3]
+
+
+def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):
+    code = main(["run", "ps", "-n", "2", "--steps", "3", "--seed", "2", "--faults", "raise:trainer1@trainer.step#2"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAILED" in out
+    token = out.split("Replay: rpc-harness replay ")[1].split()[0]
+    assert main(["replay", token]) == 1
+    assert "the failure reproduced" in capsys.readouterr().out

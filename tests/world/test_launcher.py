@@ -1,0 +1,162 @@
+"""The launcher as a library: bring-up, results, failures, deadlines, loopback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import worlds
+
+import harness
+from harness import WorldFailed, WorldTimeout
+
+
+def pids_of(result):
+    return [next(e["pid"] for e in rank.events if e["kind"] == "start") for rank in result.ranks]
+
+
+def test_every_rank_runs_the_entry_with_its_identity():
+    result = harness.run_world(worlds.identity, world_size=3, seed=7)
+    assert result.ok
+    values = result.values
+    assert [v["rank"] for v in values] == [0, 1, 2]
+    assert [v["name"] for v in values] == ["worker0", "worker1", "worker2"]
+    assert all(v["names"] == ("worker0", "worker1", "worker2") for v in values)
+    assert all(v["world_size"] == 3 and v["world_seed"] == 7 for v in values)
+    assert all(v["current_is_ctx"] for v in values)
+    assert len({v["seed"] for v in values}) == 3, "each rank gets its own seed"
+    assert len({v["same_everywhere"] for v in values}) == 1
+    assert values[0]["same_everywhere"] == harness.derive_seed(7, "shared")
+    assert len({tuple(v["rand"]) for v in values}) == 3
+
+
+def test_rpc_between_ranks_works_in_a_ring():
+    result = harness.run_world(worlds.ring, world_size=4)
+    assert result.values == [[r + 1.0, r + 1.0] for r in range(4)]
+
+
+def test_names_from_a_list_and_from_a_template():
+    result = harness.run_world(worlds.identity, names=["agent", "observer1"])
+    assert [v["name"] for v in result.values] == ["agent", "observer1"]
+    result = harness.run_world(worlds.identity, world_size=2, names="node{rank}")
+    assert [v["name"] for v in result.values] == ["node0", "node1"]
+
+
+def test_same_seed_gives_the_same_world_and_another_seed_does_not():
+    first = harness.run_world(worlds.identity, world_size=2, seed=123)
+    again = harness.run_world(worlds.identity, world_size=2, seed=123)
+    other = harness.run_world(worlds.identity, world_size=2, seed=124)
+    rands = [[v["rand"] for v in r.values] for r in (first, again, other)]
+    assert rands[0] == rands[1]
+    assert rands[0] != rands[2]
+
+
+def test_rank_output_is_captured_per_rank():
+    result = harness.run_world(worlds.say_hello, world_size=2)
+    assert "hello from worker0" in result[0].output
+    assert "hello from worker1" in result["worker1"].output
+    assert "hello from worker0" not in result[1].output
+
+
+def test_a_sigkilled_rank_fails_the_world_naming_rank_and_signal(assert_gone):
+    with pytest.raises(WorldFailed) as caught:
+        harness.run_world(worlds.rank1_sigkills_itself, world_size=3, deadline=30)
+    result = caught.value.result
+    assert [r.rank for r in result.failures] == [1]
+    assert result[1].status == "died" and result[1].signal == "SIGKILL"
+    message = str(caught.value)
+    assert "rank 1 (worker1)" in message and "SIGKILL" in message
+    assert "Replay: harness.run_world(" in message
+    assert result.duration < 30, "a death must fail the world at once, not at the deadline"
+    assert_gone(pids_of(result))
+
+
+def test_an_exception_reaches_the_caller_with_traceback_and_rank_name(assert_gone):
+    with pytest.raises(WorldFailed) as caught:
+        harness.run_world(worlds.rank2_raises, world_size=3, deadline=30)
+    result = caught.value.result
+    assert [r.rank for r in result.failures] == [2]
+    failed = result[2]
+    assert failed.error == "ValueError: boom from worker2"
+    assert 'raise ValueError(f"boom from {ctx.name}")' in failed.traceback
+    assert isinstance(failed.value, ValueError), "the exception itself comes back when it pickles"
+    assert "rank 2 (worker2): raised ValueError: boom from worker2" in str(caught.value)
+    assert_gone(pids_of(result))
+
+
+def test_a_hang_fails_at_the_deadline_with_every_ranks_stacks(assert_gone):
+    started = time.monotonic()
+    with pytest.raises(WorldTimeout) as caught:
+        harness.run_world(worlds.hang_at_step, world_size=2, deadline=3, faults="hang:worker1@test.step")
+    result = caught.value.result
+    assert result.timed_out
+    assert time.monotonic() - started >= 3, "the world ran for its whole deadline"
+    assert result[1].status == "hung"
+    assert "hang_at_failpoint" in result[1].stacks
+    assert 'harness.failpoint("test.step")' in result[1].stacks, "the stack shows the failpoint"
+    assert result[0].stacks, "the rank that was only waiting is dumped too"
+    report = str(caught.value)
+    assert "deadline of 3s passed" in report
+    assert "rank 0 (worker0) stacks" in report and "rank 1 (worker1) stacks" in report
+    assert_gone(pids_of(result))
+
+
+def test_a_rank_the_plan_kills_is_expected_and_the_others_finish(assert_gone):
+    result = harness.run_world(
+        worlds.step_three_times, world_size=3, faults="kill:worker1@test.step#2", deadline=30
+    )
+    assert result.ok
+    assert [r.name for r in result.killed] == ["worker1"]
+    assert result[1].signal == "SIGKILL"
+    assert result[0].value == {"test.step": 3} or result[0].value == {}
+    fired = result.fired_faults()
+    assert [(f["rank"], f["fault"], f["hit"]) for f in fired] == [(1, "kill:worker1@test.step#2", 2)]
+    assert_gone(pids_of(result))
+
+
+def test_a_raise_fault_fails_the_world_attributed_to_its_rank():
+    result = harness.run_world(
+        worlds.step_three_times, world_size=2, faults="raise:worker0@test.step#3", check=False
+    )
+    assert not result.ok
+    assert [r.name for r in result.failures] == ["worker0"]
+    assert "InjectedFault" in result[0].error and "test.step" in result[0].error
+
+
+def test_an_unpicklable_return_value_is_a_clear_failure():
+    result = harness.run_world(worlds.returns_unpicklable, world_size=2, check=False)
+    # Both ranks fail alike; the first report stops the world, so one or both are listed.
+    assert result.failures and {r.rank for r in result.failures} <= {0, 1}
+    assert all("return value cannot be sent back" in r.error for r in result.failures)
+
+
+def test_a_return_value_that_cannot_be_unpickled_here_fails_its_rank_by_name():
+    result = harness.run_world(worlds.returns_what_only_ranks_can_load, world_size=2, check=False)
+    assert [r.rank for r in result.failures] == [1] and result.values[0] == 0
+    assert result[1].error == (
+        "the entry's return value cannot be unpickled here: ImportError: this class only exists in the ranks"
+    )
+    assert "rank 1 (worker1): raised the entry's return value cannot be unpickled" in result.report()
+
+
+def test_ranks_share_the_cores_out_unless_the_env_says_otherwise():
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    assert harness.run_world(worlds.thread_count, world_size=2).values == [max(cores // 2, 1)] * 2
+    assert harness.run_world(worlds.thread_count, world_size=2 * cores + 1).values[0] == 1
+    told = harness.run_world(worlds.thread_count, world_size=2, env={"OMP_NUM_THREADS": "3"})
+    assert told.values == [3, 3]
+
+
+def test_ranks_listen_on_loopback_only():
+    result = harness.run_world(worlds.listening_addresses, world_size=2)
+    addresses = [a for value in result.values for a in value]
+    assert addresses, "TensorPipe should be listening somewhere"
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 in /proc form
+    assert set(addresses) <= loopback, addresses
+
+
+def test_an_entry_given_by_name_runs():
+    result = harness.run_world("worlds:say_hello", world_size=2)
+    assert result.values == [0, 1]

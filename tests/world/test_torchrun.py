@@ -1,0 +1,294 @@
+"""rpc_harness.torchrun: a scenario's ranks under torchrun, as two "nodes" on this
+host, give the same ranks, seeds and gradients as the harness's own launcher."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torchrun_scenario as tiny
+
+import harness
+from harness.gradcheck import compare
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where torchrun_scenario.py is
+ROOT = os.path.dirname(TESTS)
+JOB_TIMEOUT = 120.0  # a whole two-node job; ~15 s on a loaded 2-core machine
+DEADLINE = 60.0  # each rank's own deadline (--deadline), inside the job's
+
+
+def free_port() -> int:
+    """A port the kernel says is free now. Between closing it here and
+    torchrun's agent binding it another process could take it; the window is
+    milliseconds, and the tests retry with a fresh port when the bind fails,
+    so the race costs a retry, never a wrong result."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The tiny scenario module lives here; the harness is installed editable.
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Stop every process group still running: SIGTERM (torchrun then stops
+    its workers), SIGKILL for what is left."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        live = [p for p in procs if p.poll() is None]
+        for proc in live:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        until = time.monotonic() + grace
+        for proc in live:
+            try:
+                proc.wait(max(0.1, until - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+class Group:
+    """Processes started each in a session of its own, with their output in
+    files; ``finish`` waits for all (bounded) and always stops what is left."""
+
+    def __init__(self, commands: list[list[str]], envs: list[dict[str, str]], logdir) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.logs = []
+        try:
+            for k, (command, env) in enumerate(zip(commands, envs, strict=True)):
+                log = open(logdir / f"proc{k}.log", "w+")  # noqa: SIM115 (closed in finish)
+                self.logs.append(log)
+                self.procs.append(subprocess.Popen(
+                    command, cwd=logdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                ))
+        except BaseException:
+            self.finish(wait=False)
+            raise
+
+    def finish(self, *, wait: bool = True) -> tuple[list[int | None], list[str]]:
+        try:
+            until = time.monotonic() + JOB_TIMEOUT
+            for proc in self.procs if wait else ():
+                try:
+                    proc.wait(max(0.1, until - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    break
+        finally:
+            _stop(self.procs)
+            texts = []
+            for log in self.logs:
+                log.seek(0)
+                texts.append(log.read())
+                log.close()
+            self.logs = []
+        return [p.returncode for p in self.procs], texts
+
+    def __enter__(self) -> Group:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.logs:  # not finished: the test failed on the way
+            self.finish(wait=False)
+
+
+class Nodes:
+    """``nodes`` torchrun agents on loopback, one rendezvous, started at once
+    so that the test can run the harness's own world meanwhile."""
+
+    def __init__(self, tmp_path, args: list[str], nodes: int = 2, nproc: int = 1) -> None:
+        self.tmp_path, self.args, self.nodes, self.nproc = tmp_path, args, nodes, nproc
+        self.out = tmp_path / "result.json"
+        self.group = self._start()
+
+    def _start(self) -> Group:
+        port = free_port()
+        commands = [
+            [sys.executable, "-m", "torch.distributed.run", f"--nnodes={self.nodes}",
+             f"--nproc-per-node={self.nproc}", f"--node-rank={node}", "--master-addr=127.0.0.1",
+             f"--master-port={port}", "--max-restarts=0", "-m", "rpc_harness.torchrun", *self.args,
+             "--deadline", str(DEADLINE), *(["--out", str(self.out)] if node == 0 else [])]
+            for node in range(self.nodes)
+        ]
+        return Group(commands, [_env()] * self.nodes, self.tmp_path)
+
+    def result(self):
+        """Rank 0's summary and saved values, once every agent exited 0."""
+        for attempt in range(3):
+            codes, texts = self.group.finish()
+            if attempt < 2 and any("address already in use" in t.lower() for t in texts):
+                self.group = self._start()  # lost the port race: another process took it first
+                continue
+            break
+        output = "\n".join(f"--- node {n} (exit {c})\n{t}" for n, (c, t) in enumerate(zip(codes, texts, strict=True)))
+        assert codes == [0] * self.nodes, output
+        summary = json.loads(self.out.read_text())
+        values = torch.load(str(self.out) + ".pt", weights_only=False)
+        return summary, values, output
+
+    def __enter__(self) -> Nodes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.group.__exit__(*exc)
+
+
+def _compare_steps(actual: list[dict], expected: list[dict], *, who: str, seed: int, exact: bool) -> int:
+    """Gradient for gradient (and loss for loss); how many tensors compared."""
+    assert len(actual) == len(expected), f"{who}: {len(actual)} steps, expected {len(expected)}"
+    checked = 0
+    for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        _, mismatches = compare(a["grads"], e["grads"], scenario="tiny", step=k, rank=who, seed=seed)
+        assert not mismatches, "\n".join(map(str, mismatches))
+        if exact:
+            assert all(torch.equal(a["grads"][n], e["grads"][n]) for n in e["grads"]), f"{who} step {k}"
+            assert a["loss"] == e["loss"]
+        else:
+            assert math.isclose(a["loss"], e["loss"], rel_tol=1e-6), f"{who} step {k}: {a['loss']} != {e['loss']}"
+        checked += len(e["grads"])
+    return checked
+
+
+# -- worlds under torchrun ----------------------------------------------------------------------
+
+
+def test_tiny_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, assert_gone):
+    seed, config = 7, tiny.Config(steps=2, scale=2.0)
+    world_size = 4
+    names = tiny.names(world_size)
+    args = ["--scenario", "torchrun_scenario:SCENARIO", "--seed", str(seed), "--set", "steps=2", "--set", "scale=2"]
+    with Nodes(tmp_path, args, nodes=2, nproc=2) as nodes:
+        world = harness.run_world(tiny.entry, names=names, seed=seed, args=(config,), deadline=DEADLINE)
+        summary, values, output = nodes.result()
+    assert summary["ok"] and summary["world_size"] == world_size and summary["names"] == list(names), output
+    assert summary["seed"] == seed and summary["config"] == dataclasses.asdict(config)
+    assert [r["status"] for r in summary["ranks"]] == ["ok"] * world_size
+    assert summary["replay"] == f"harness.run_scenario('tiny', {{'steps': 2, 'scale': 2.0}}, world_size=4, seed={seed})"
+    assert_gone([r["pid"] for r in summary["ranks"]])
+
+    expected = tiny.baseline(config, world_size, seed)
+    checked = 0
+    for rank, name in enumerate(names):
+        ours, theirs = values[rank], world.values[rank]
+        assert ours["name"] == name
+        # The same rank seed, and global RNGs seeded with it the same way.
+        assert ours["seed"] == theirs["seed"] == harness.RankContext(rank=rank, names=names, world_seed=seed).seed
+        assert torch.equal(ours["rand"], theirs["rand"])
+        if rank == 0:
+            continue
+        checked += _compare_steps(ours["steps"], theirs["steps"], who=name, seed=seed, exact=True)
+        _compare_steps(ours["steps"], expected[name], who=name, seed=seed, exact=False)
+    assert checked == (world_size - 1) * config.steps * 2
+
+
+def test_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, assert_gone):
+    """The parameter server across two torchrun nodes: same server log, same
+    gradients step for step, same final weights as in the harness's world."""
+    try:
+        import scenarios.parameter_server as ps
+    except ImportError as error:  # the tiny-scenario test above always runs
+        pytest.skip(f"scenarios.parameter_server does not import: {error}")
+    seed = 11
+    config = dataclasses.replace(ps.Config(), batches=3, test_size=64)
+    names = ps.names(2)
+    args = ["--scenario", "ps", "--seed", str(seed), "--set", "batches=3", "--set", "test_size=64"]
+    with Nodes(tmp_path, args) as nodes:
+        world = harness.run_world(ps.entry, names=names, seed=seed, args=(config,), deadline=DEADLINE)
+        summary, values, output = nodes.result()
+    assert summary["ok"] and summary["scenario"] == "ps" and summary["names"] == list(names), output
+    assert_gone([r["pid"] for r in summary["ranks"]])
+
+    ours, theirs = values[0], world.values[0]
+    assert len(ours["steps"]) == len(theirs["steps"]) == config.batches
+    for k, (a, e) in enumerate(zip(ours["steps"], theirs["steps"], strict=True)):
+        assert (a["trainer"], a["batch"], a["version"]) == (e["trainer"], e["batch"], e["version"])
+        _, mismatches = compare(a["grads"], e["grads"], scenario="ps", step=k, rank=a["trainer"], seed=seed)
+        assert not mismatches, "\n".join(map(str, mismatches))
+        # Not bit-equal: torchrun's workers and the harness's ranks may run
+        # torch with different intra-op thread counts, so reductions differ
+        # in the last bits; hence gradcheck's tolerances above.
+        assert math.isclose(a["loss"], e["loss"], rel_tol=1e-5), (k, a["loss"], e["loss"])
+    _, mismatches = compare(ours["final"], theirs["final"], scenario="ps", step="final", rank=names[0],
+                            seed=seed, what="parameter")
+    assert not mismatches, "\n".join(map(str, mismatches))
+    one_sample = 1.0 / config.test_size
+    assert math.isclose(ours["accuracy"], theirs["accuracy"], abs_tol=one_sample)
+    assert values[1]["losses"] == pytest.approx(world.values[1]["losses"], rel=1e-5)
+
+
+def test_a_failing_rank_is_reported_without_torchrun(tmp_path, assert_gone):
+    """Plain processes with RANK/WORLD_SIZE/MASTER_* set (no torchrun agent:
+    rank 0 hosts the store): a raise fault in the owner's RPC handler makes
+    worker1's entry fail; the leader's summary names it and exits non-zero."""
+    out = tmp_path / "result.json"
+    command = [sys.executable, "-m", "rpc_harness.torchrun", "--scenario", "torchrun_scenario:SCENARIO", "--seed", "3",
+               "--faults", "raise:owner@tiny.step#2", "--deadline", str(DEADLINE)]
+    for _ in range(3):
+        port = free_port()
+        envs = [dict(_env(), RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                for r in range(2)]
+        with Group([[*command, "--out", str(out)], command], envs, tmp_path) as group:
+            codes, texts = group.finish()
+        if not any("address already in use" in t.lower() for t in texts):
+            break
+    output = "\n".join(texts)
+    assert codes == [1, 1], output
+    summary = json.loads(out.read_text())
+    owner, worker = summary["ranks"]
+    assert not summary["ok"] and owner["status"] == "ok", output
+    assert worker["status"] == "raised" and "InjectedFault" in worker["traceback"], output
+    assert "failed (worker1 raised)" in summary["headline"]
+    assert_gone([owner["pid"], worker["pid"]])
+
+
+def test_a_rank_dies_with_its_launcher(tmp_path, assert_gone):
+    """torchrun starts each worker in a session of its own, so killing
+    torchrun's process group cannot reach them: a rank must die with its
+    parent by itself. Here the parent is a stand-in launcher, SIGKILLed while
+    its rank 0 of 2 waits in the rendezvous for a rank 1 that never comes."""
+    port = free_port()
+    env = dict(_env(), RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank_cmd = [sys.executable, "-m", "rpc_harness.torchrun", "--scenario", "torchrun_scenario:SCENARIO", "--seed", "1",
+                "--deadline", str(DEADLINE)]
+    launcher = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen({rank_cmd!r}, start_new_session=True)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", launcher], env=env, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        rank_pid = int(proc.stdout.readline())
+        # Rank 0 serves the store once it is past arming its death signal.
+        until = time.monotonic() + JOB_TIMEOUT
+        while time.monotonic() < until:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, "the stand-in launcher exited early"
+            time.sleep(0.1)
+        else:
+            pytest.fail("rank 0 never started its store")
+    finally:
+        _stop([proc])
+        proc.stdout.close()
+    assert_gone([rank_pid])
+
+
+# -- the pieces, in process ------------------------------------------------------------------
