@@ -184,19 +184,35 @@ def scenario_rates(scenarios: list[Scenario], per_call: float) -> list[dict[str,
     return rows
 
 
-def run_bench(*, quick: bool, json_path: str | None, repeat: int | None, scenarios: list[Scenario]) -> int:
+SECTIONS = ("bring-up", "failure", "failpoint", "recording", "scenarios")
+
+
+def run_bench(
+    *,
+    quick: bool,
+    json_path: str | None,
+    repeat: int | None,
+    scenarios: list[Scenario],
+    only: tuple[str, ...] = SECTIONS,
+) -> int:
+    """Measure the ``only`` sections, print the table, write the JSON."""
     sizes = [2, 4] if quick else [2, 4, 16]
     repeat = repeat or (3 if quick else 10)
     spawn_repeat = {2: 1, 4: 1} if quick else {2: 3, 4: 3, 16: 1}
-    print(f"rpc-harness bench ({os.cpu_count()} cores{', quick' if quick else ''})", flush=True)
+    print(f"rpc-harness bench ({os.cpu_count()} cores{', quick' if quick else ''}): {', '.join(only)}", flush=True)
     figures: dict[str, Any] = {"cores": os.cpu_count(), "quick": quick}
-    figures["bring_up"] = bring_up(sizes, repeat, spawn_repeat)
-    figures["failure_latency"] = failure_latency(3 if quick else 5)
+    if "bring-up" in only:
+        figures["bring_up"] = bring_up(sizes, repeat, spawn_repeat)
+    if "failure" in only:
+        figures["failure_latency"] = failure_latency(3 if quick else 5)
     per_call = failpoint_cost()
-    figures["unarmed_failpoint_ns"] = per_call * 1e9
-    print(f"  unarmed failpoint: {per_call * 1e9:.0f} ns per call", flush=True)
-    figures["rpc_recording"] = rpc_recording_cost(3 if quick else 7)
-    figures["scenarios"] = [] if quick else scenario_rates(scenarios, per_call)
+    if "failpoint" in only:
+        figures["unarmed_failpoint_ns"] = per_call * 1e9
+        print(f"  unarmed failpoint: {per_call * 1e9:.0f} ns per call", flush=True)
+    if "recording" in only:
+        figures["rpc_recording"] = rpc_recording_cost(3 if quick else 7)
+    if "scenarios" in only and not (quick and only == SECTIONS):
+        figures["scenarios"] = scenario_rates(scenarios, per_call)
     print()
     print(table(figures))
     if json_path:
@@ -210,16 +226,20 @@ def run_bench(*, quick: bool, json_path: str | None, repeat: int | None, scenari
 def table(figures: dict[str, Any]) -> str:
     """The figures as the README quotes them."""
     lines = ["| measurement | harness | spawn way | ratio |", "|---|---|---|---|"]
-    for row in figures["bring_up"]:
+    for row in figures.get("bring_up", []):
         lines.append(f"| {row['world_size']}-rank world up + down (median) | {row['harness_median_s']:.3f} s "
                      f"| {row['spawn_median_s']:.2f} s | {row['speedup']:.0f}x |")
-    lat = figures["failure_latency"]
-    lines.append(f"| rank death -> failure report (median / max) | {lat['median_s'] * 1000:.0f} / {lat['max_s'] * 1000:.0f} ms | | |")
-    lines.append(f"| unarmed failpoint | {figures['unarmed_failpoint_ns']:.0f} ns/call | | |")
-    rec = figures["rpc_recording"]
-    lines.append(f"| rpc_sync round trip / added by recording it for the timeline (medians) | "
-                 f"{rec['plain_us']:.0f} / {rec['added_us']:.0f} us | | |")
-    for row in figures["scenarios"]:
+    lat = figures.get("failure_latency")
+    if lat:
+        lines.append(f"| rank death -> failure report (median / max) | {lat['median_s'] * 1000:.0f} / "
+                     f"{lat['max_s'] * 1000:.0f} ms | | |")
+    if "unarmed_failpoint_ns" in figures:
+        lines.append(f"| unarmed failpoint | {figures['unarmed_failpoint_ns']:.0f} ns/call | | |")
+    rec = figures.get("rpc_recording")
+    if rec:
+        lines.append(f"| rpc_sync round trip / added by recording it for the timeline (medians) | "
+                     f"{rec['plain_us']:.0f} / {rec['added_us']:.0f} us | | |")
+    for row in figures.get("scenarios", []):
         lines.append(f"| {row['scenario']} (world {row['world_size']}) | {row['steps_per_s']:.1f} steps/s, "
                      f"failpoints {row['failpoint_overhead_pct']:.4f}% of run time, "
                      f"peak {row['peak_rss_mb_per_rank']:.0f} MB/rank | | |")

@@ -29,6 +29,8 @@ from harness.repro import Repro, decode
 from harness.scenario import Scenario, ScenarioReport
 from harness.seeds import fresh_seed
 
+from .bench import SECTIONS
+
 INPUT_ERRORS = (WorldSpecError, FaultPlanError, ReplayError, ScenarioError, UsageError)
 PROGRESS_MODES = ("auto", "live", "lines", "off")
 DEFAULT_DEADLINE = 300.0
@@ -93,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=None, help="repetitions per harness measurement")
     bench.add_argument("--scenario", action="append", default=None,
                        help="measure this scenario (repeatable; default: every registered one)")
+    bench.add_argument("--only", action="append", default=None, choices=SECTIONS,
+                       help="measure only this section (repeatable; default: all)")
     bench.set_defaults(func=cmd_bench)
 
     listing = sub.add_parser("list", help="the registered scenarios: sizes, budget, failpoints, config")
@@ -381,7 +385,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     scenarios = scenarios_named(args.scenario or ["all"])
     if args.json:
         check_writable_file(args.json, "--json")
-    return run_bench(quick=args.quick, json_path=args.json, repeat=args.repeat, scenarios=scenarios)
+    return run_bench(quick=args.quick, json_path=args.json, repeat=args.repeat, scenarios=scenarios,
+                     only=tuple(args.only or SECTIONS))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
