@@ -4,7 +4,7 @@ The public API. Nothing here imports torch or pytest at import time: ranks
 import torch in the forkserver, and ``pytest --help`` stays fast.
 """
 
-from ._launcher import launch, preload, raise_for_failures, run_world
+from ._launcher import launch, preload, raise_for_failures, run_world, spawn
 from .context import RankContext, current_context, failpoint, progress
 from .errors import (
     FaultPlanError,
@@ -58,4 +58,5 @@ __all__ = [
     "raise_for_failures",
     "run_scenario",
     "run_world",
+    "spawn",
 ]

@@ -2,9 +2,11 @@
 
 The supervisor forks this from a forkserver that has torch imported already.
 A rank captures its own output, arms a stack dump on SIGUSR1, dies with its
-parent, joins the RPC world, runs the entry, reports, and shuts down when the
-supervisor says how (gracefully only when no peer has died: a graceful
-shutdown waits for every peer, and a dead one never answers).
+parent, arms the faults that need no code (RPC hooks, ``call:`` patches,
+torch's retry log for message faults), and then either joins the RPC world
+and runs the entry (``run`` worlds) or runs the program, which joins and
+leaves by itself (``spawn`` worlds). Either way it leaves through its
+supervisor (``_lifecycle``): gracefully only when no peer has died.
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import _rpc_record
+from . import _callpoints, _lifecycle, _msgfaults, _rpc_hooks
 from .context import EventLog, RankContext, activate
 from .faults import FaultPlan
-from .rank_setup import die_with_parent, intra_op_threads, pin_loopback, rpc_backend
+from .rank_setup import die_with_parent, intra_op_threads, pin_loopback
 from .seeds import seed_everything
 from .spec import EntryRef
+
+# In the forkserver, before it imports anything else: modules imported from
+# here on (preloaded test modules, the program's) bind the wrapped RPC API.
+_rpc_hooks.install()
+_lifecycle.install()
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ class Boot:
     """What a rank needs to know, sent from the supervisor."""
 
     rank: int
-    names: tuple[str, ...]
+    names: tuple[str, ...]  # a spawn world's are placeholders until its ranks name themselves
     seed: int
     workdir: str
     entry: EntryRef
@@ -50,6 +57,8 @@ class Boot:
     deadline: float
     sys_path: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    spawned: bool = False
+    master_port: int = 0
 
 
 def rank_file(workdir: str, rank: int, what: str) -> str:
@@ -78,16 +87,12 @@ def main(conn: Connection, boot: Boot) -> None:
 
 
 def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
-    os.environ.update(boot.env)
-    pin_loopback()
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    # init_rpc's own device-map exchange trips a torch deprecation warning that
-    # would otherwise open every rank's output.
-    warnings.filterwarnings("ignore", message="You are using a Backend")
-    sys.path[:] = list(boot.sys_path)
+    _prepare_process(boot)
+    world_size = len(boot.names)
     ctx = RankContext(
         rank=boot.rank,
-        names=boot.names,
+        names=() if boot.spawned else boot.names,
+        world_size=world_size,
         world_seed=boot.seed,
         workdir=boot.workdir,
         faults=boot.faults,
@@ -97,29 +102,38 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     )
     activate(ctx)
     seed_everything(ctx.seed)
-    torch.set_num_threads(intra_op_threads(dict(boot.env), ctx.world_size))
+    torch.set_num_threads(intra_op_threads(dict(boot.env), world_size))
     # Progress may be reported from RPC handler threads while the main thread
     # sends its own messages: one lock keeps the pipe's messages whole.
     send = _locked_sender(conn)
     ctx.progress_sink = _best_effort(send)
-    _rpc_record.install(events, ctx.names, ctx.rank)  # before the entry's module binds the names
-
-    phase = "starting"
+    life = _lifecycle.Lifecycle(
+        ctx=ctx, events=events, send=send, conn=conn, init_method="file://" + os.path.join(boot.workdir, "store"),
+        rpc_timeout=boot.rpc_timeout, spawned=boot.spawned,
+    )
+    _rpc_hooks.start(ctx, events)
     try:
-        entry = boot.entry.load(where=f"rank {boot.rank}")
+        _arm_faults_without_code(boot.faults, ctx)
+        program = boot.entry.load(where=f"rank {boot.rank}")
         args, kwargs = pickle.loads(boot.payload)
-        _init_rpc(boot, ctx)
-        events.write("init_rpc")
-        send(("ready",))
-        phase = "entry"
-        events.write("entry_start")
-        value = entry(ctx, *args, **kwargs)
+        if boot.spawned:
+            value = program(boot.rank, *args, **kwargs)
+            if not life.joined:
+                raise RuntimeError(
+                    f"{boot.entry} returned without calling rpc.init_rpc: every process of a spawned world must "
+                    "join it (the others wait for it in init_rpc)"
+                )
+        else:
+            life.join()
+            value = program(ctx, *args, **kwargs)
         ctx.flush_progress()
         events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        ctx.record_hits()
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
         ctx.flush_progress()
-        events.write("raised", error=_one_line(error), phase=phase)
-        send(_failure_message(error, phase))
+        ctx.record_hits()
+        events.write("raised", error=_one_line(error), phase=life.phase)
+        send(_failure_message(error, life.phase))
         _shutdown_quietly()
         return 1
     try:
@@ -131,32 +145,39 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         send(("raised", "result", f"TypeError: the entry's return value cannot be sent back: {error}", "", None))
         _shutdown_quietly()
         return 1
-    send(("done", pickled))
-    return _shutdown_when_told(conn, send, events, ctx)
-
-
-def _init_rpc(boot: Boot, ctx: RankContext) -> None:
-    init_method = "file://" + os.path.join(boot.workdir, "store")
-    backend, options = rpc_backend(ctx, init_method, boot.rpc_timeout)
-    rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
-
-
-def _shutdown_when_told(
-    conn: Connection, send: Callable[[tuple], None], events: EventLog, ctx: RankContext
-) -> int:
-    message = conn.recv()  # ("shutdown", graceful)
-    graceful = bool(message[1])
-    ctx.flush_progress()  # what its RPC handlers reported since the entry returned
-    events.write("shutdown_start", graceful=graceful)
+    if life.left:  # the program shut RPC down itself, through its supervisor
+        send(("result", pickled))
+        return 0
     try:
-        rpc.shutdown(graceful=graceful)
+        life.leave(value=pickled)
     except BaseException as error:  # noqa: BLE001
         events.write("raised", error=_one_line(error), phase="shutdown")
         send(_failure_message(error, "shutdown"))
         return 1
-    events.write("shutdown_done")
-    send(("shut",))
     return 0
+
+
+def _prepare_process(boot: Boot) -> None:
+    os.environ.update(boot.env)
+    pin_loopback()
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    if boot.spawned:
+        # What the tutorials' programs read or set before init_rpc(name, rank, world_size).
+        _lifecycle.set_spawn_environment(boot.rank, len(boot.names), boot.master_port)
+    # init_rpc's own device-map exchange trips a torch deprecation warning that
+    # would otherwise open every rank's output.
+    warnings.filterwarnings("ignore", message="You are using a Backend")
+    sys.path[:] = list(boot.sys_path)
+
+
+def _arm_faults_without_code(plan: FaultPlan, ctx: RankContext) -> None:
+    """Before the program runs: every ``call:`` target of the plan becomes a
+    failpoint in every rank (it fires only where a fault is aimed), and a
+    plan with message failures turns on torch's log of failed sends."""
+    for point in sorted({f.point for f in plan if f.point.startswith("call:")}):
+        _callpoints.patch(point.removeprefix("call:"), ctx.failpoint)
+    if any(f.kind == "msgfail" for f in plan):
+        _msgfaults.enable_retry_log()
 
 
 def _locked_sender(conn: Connection) -> Callable[[tuple], None]:
@@ -202,7 +223,7 @@ def _one_line(error: BaseException) -> str:
 def _shutdown_quietly() -> None:
     try:
         if rpc.api._is_current_rpc_agent_set():
-            rpc.shutdown(graceful=False)
+            _lifecycle.original_shutdown(graceful=False)
     except BaseException:  # noqa: BLE001 - the failure being reported matters more
         pass
 

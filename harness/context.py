@@ -129,18 +129,16 @@ class RankContext:
         self,
         *,
         rank: int,
-        names: Sequence[str],
+        names: Sequence[str] = (),
         world_seed: int,
         workdir: str = "",
         faults: FaultPlan | None = None,
         fuzz: float = 0.0,
         events: EventLog | None = None,
         deadline: float | None = None,
+        world_size: int | None = None,
     ) -> None:
         self.rank = rank
-        self.names = tuple(names)
-        self.world_size = len(self.names)
-        self.name = self.names[rank]
         self.world_seed = world_seed
         self.seed = rank_seed(world_seed, rank)
         self.workdir = workdir
@@ -152,19 +150,49 @@ class RankContext:
         self.deadline = deadline
         self._events = events or EventLog(None, rank)
         self._armed: dict[str, list[Fault]] = {}
-        for fault in self.faults.for_target(self.name):
-            if fault.kind in FAILPOINT_KINDS:
-                self._armed.setdefault(fault.point, []).append(fault)
         self._hits: dict[str, int] = {}
+        # A rank some fault is aimed at counts every failpoint it reaches, so
+        # that a fault that never fires can be reported with what the rank
+        # did reach; the others stay at one dictionary lookup per failpoint.
+        self._count_all = False
         self._lock = threading.Lock()
         # Where progress goes besides the event log: the supervisor's pipe.
         self.progress_sink: Callable[[tuple], None] | None = None
         self._progress_lock = threading.Lock()
         self._progress_sent = 0.0
         self._progress_pending: tuple | None = None
+        self.names: tuple[str, ...] = ()
+        self.name: str | None = None
+        self.world_size = len(names) if world_size is None else world_size
+        if names:
+            self.join(names)
+
+    def join(self, names: Sequence[str]) -> None:
+        """Learn every worker's name (and arm this rank's faults, if its own
+        name was not known before).
+
+        A harness rank knows the names before its entry runs; a spawned
+        program's rank learns them when its own ``init_rpc`` returns."""
+        self.names = tuple(names)
+        self.world_size = len(self.names)
+        if self.name is None:
+            self.take_name(self.names[self.rank])
+
+    def take_name(self, name: str) -> None:
+        """This rank is worker ``name``: arm the faults aimed at it. A spawned
+        program names itself as it calls ``init_rpc``, and peers may call it
+        before that call returns: its faults are armed before RPC starts."""
+        self.name = name
+        mine = self.faults.for_target(name)
+        with self._lock:
+            for fault in mine:
+                if fault.kind in FAILPOINT_KINDS:
+                    self._armed.setdefault(fault.point, []).append(fault)
+            self._count_all = bool(mine)
 
     def __repr__(self) -> str:
-        return f"RankContext(rank={self.rank}, name={self.name!r}, world_size={self.world_size}, world_seed={self.world_seed})"
+        return (f"RankContext(rank={self.rank}, name={self.name!r}, world_size={self.world_size}, "
+                f"world_seed={self.world_seed})")
 
     def derive_seed(self, *labels: object) -> int:
         """A seed from the world seed and ``labels``: the same in every rank and
@@ -212,14 +240,22 @@ class RankContext:
             self.progress_sink(("progress", done, total, unit, values))
 
     def hits(self) -> dict[str, int]:
-        """How often each armed or fuzzed failpoint was reached so far."""
+        """How often each failpoint was reached so far: armed and fuzzed ones,
+        and in a rank a fault is aimed at, every one."""
         with self._lock:
             return dict(self._hits)
+
+    def record_hits(self) -> None:
+        """Write the hit counts to the event log (a rank a fault is aimed at
+        does this as its entry ends and before a fault ends it): what a
+        report names when that fault never fired."""
+        if self._count_all:
+            self._events.write("hits", hits=self.hits())
 
     def failpoint(self, name: str) -> None:
         """Reach failpoint ``name``: fire the faults armed there for this hit."""
         armed = self._armed.get(name)
-        if armed is None and not self.fuzz:
+        if armed is None and not self.fuzz and not self._count_all:
             return  # the common case: one dict lookup
         with self._lock:
             hit = self._hits[name] = self._hits.get(name, 0) + 1
@@ -243,6 +279,8 @@ class RankContext:
 
     def _fire(self, fault: Fault, hit: int) -> None:
         self._events.write("fault", fault=str(fault), fault_kind=fault.kind, point=fault.point, hit=hit)
+        if fault.kind != "delay":
+            self.record_hits()  # this fault may end the rank (or its entry) here
         if fault.kind == "delay":
             time.sleep(fault.seconds)
         elif fault.kind == "kill":

@@ -3,17 +3,25 @@
 A plan is data (frozen dataclasses) with a compact text form that
 round-trips: ``FaultPlan.parse(str(plan)) == plan``. One fault reads::
 
-    KIND:TARGET@POINT[#HIT[+]][=ARG]
+    KIND:TARGET@POINT[#HIT[+]][?][=ARG]
 
 - ``TARGET`` is a worker name (``trainer2``, ``observer1``, ``ps``).
-- ``POINT`` is a failpoint name for ``delay``/``kill``/``raise``/``hang``,
-  or a torch RPC message type for ``msgfail``/``msgdelay``.
+- ``POINT`` is a failpoint for ``delay``/``kill``/``raise``/``hang``: one
+  written in the code (``trainer.step``), or one that needs no code at all:
+  ``rpc.call:NAME`` (the rank issues an RPC that runs NAME), ``rpc.serve:NAME``
+  (the rank runs NAME for a peer) or ``call:package.module:Qualified.name``
+  (any importable function or method). For ``msgfail``/``msgdelay`` it is a
+  torch RPC message type.
 - ``#HIT`` fires on the HIT-th time the rank reaches the failpoint (1-based);
   ``#HIT+`` on that hit and every later one. Defaults: ``delay`` fires on
   every hit (``#1+``), the others on the first (``#1``).
+- ``?`` marks a fault optional: one that never fires does not fail the
+  world (Hypothesis plans may draw hits past the end of a run). Without it
+  a fault that never fires fails the world: a plan that does nothing tests
+  nothing.
 - ``ARG``: seconds for ``delay``/``msgdelay`` (``0.2s``, ``150ms``), how many
-  times each message is failed for ``msgfail`` (default 1), an optional
-  message for ``raise``.
+  times each message is failed for ``msgfail`` (default 1; torch tries a
+  message 6 times, so 6 or more loses it), an optional message for ``raise``.
 
 Faults are separated by commas: ``kill:trainer2@trainer.step#3,delay:observer1@observer.step=0.2s``.
 Firing is decided by hit counts alone, never by wall-clock time, so a plan
@@ -22,9 +30,11 @@ replays exactly.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .errors import FaultPlanError
 
@@ -48,16 +58,38 @@ MESSAGE_TYPES = (
 # Only these are sent with retries by torch; failing any other type would also
 # break init_rpc's and shutdown's own all-gathers, so msgfail is scoped to them.
 RETRYABLE_MESSAGE_TYPES = MESSAGE_TYPES[:4]
+# Sends of these types are made from Python, where the harness counts them;
+# torch sends the others from C++, where a delay could not be seen to happen.
+DELAYABLE_MESSAGE_TYPES = MESSAGE_TYPES[4:]
+# torch tries a retryable message this many times (1 + its 5 retries): a
+# msgfail count this high loses the message.
+TORCH_SEND_TRIES = 6
 
 _FAULT_RE = re.compile(
-    r"^(?P<kind>[a-z]+):(?P<target>[^@:#=,\s]+)@(?P<point>[^#=,\s]+)"
-    r"(?:#(?P<hit>\d+)(?P<repeat>\+)?)?(?:=(?P<arg>[^,]*))?$"
+    r"^(?P<kind>[a-z]+):(?P<target>[^@:#=,?\s]+)@(?P<point>[^#=,?\s]+)"
+    r"(?:#(?P<hit>[0-9]+)(?P<repeat>\+)?)?(?P<optional>\?)?(?:=(?P<arg>[^,]*))?$"
 )
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]+$")
+_IDENTIFIERS = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+# The three forms of a failpoint: written in the code, an RPC, any function.
 _POINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
-_DURATION_RE = re.compile(r"^(?P<num>\d+(?:\.\d*)?|\.\d+)(?P<unit>ms|s)?$")
+_RPC_POINT_RE = re.compile(rf"^rpc\.(?:call|serve):{_IDENTIFIERS}$")
+_CALL_POINT_RE = re.compile(rf"^call:{_IDENTIFIERS}:{_IDENTIFIERS}$")
+_DURATION_RE = re.compile(r"^(?P<num>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)(?P<unit>ms|s)?$")
 
-SYNTAX = "KIND:TARGET@POINT[#HIT[+]][=ARG], e.g. kill:trainer2@trainer.step#3"
+SYNTAX = "KIND:TARGET@POINT[#HIT[+]][?][=ARG], e.g. kill:trainer2@trainer.step#3"
+
+
+def is_code_point(point: str) -> bool:
+    """Whether ``point`` is a failpoint written in the code (``trainer.step``),
+    not one the harness makes (``rpc.call:...``, ``rpc.serve:...``, ``call:...``)."""
+    return ":" not in point
+
+
+def format_seconds(value: float) -> str:
+    """Seconds as the parser reads them back exactly: ``0.00001``, not ``1e-05``."""
+    text = format(Decimal(repr(float(value))).normalize(), "f")
+    return text
 
 
 @dataclass(frozen=True)
@@ -70,9 +102,10 @@ class Fault:
     hit: int = 1
     repeat: bool = False
     arg: float | int | str | None = None
+    optional: bool = False
 
     def __post_init__(self) -> None:
-        _check_fault(self, where=str(self) if self.kind in KINDS else self.kind)
+        _check_fault(self, where=f"{self.kind}:{self.target}@{self.point}")
 
     @property
     def seconds(self) -> float:
@@ -87,8 +120,10 @@ class Fault:
         text = f"{self.kind}:{self.target}@{self.point}"
         if self.kind in FAILPOINT_KINDS:
             text += f"#{self.hit}" + ("+" if self.repeat else "")
+        if self.optional:
+            text += "?"
         if self.kind in ("delay", "msgdelay"):
-            text += f"={self.seconds:g}s"
+            text += f"={format_seconds(self.seconds)}s"
         elif self.kind == "msgfail":
             text += f"={self.arg}"
         elif self.kind == "raise" and self.arg:
@@ -121,6 +156,11 @@ class FaultPlan:
             return value
         if value is None or isinstance(value, str):
             return cls.parse(value, where=where)
+        if not isinstance(value, (list, tuple)):
+            raise FaultPlanError(
+                f"{where}: expected a fault plan, its text form or a list of Fault objects, "
+                f"got {type(value).__name__}"
+            )
         faults = tuple(value)
         for fault in faults:
             if not isinstance(fault, Fault):
@@ -162,7 +202,7 @@ class FaultPlan:
                     f"{where}: {fault} targets unknown worker {fault.target!r}; "
                     f"this world's workers are {', '.join(names)}"
                 )
-            if failpoints is not None and fault.kind in FAILPOINT_KINDS:
+            if failpoints is not None and fault.kind in FAILPOINT_KINDS and is_code_point(fault.point):
                 if fault.point not in failpoints:
                     raise FaultPlanError(
                         f"{where}: {fault} names unknown failpoint {fault.point!r}; "
@@ -194,7 +234,7 @@ def parse_fault(token: str, *, where: str = "fault plan") -> Fault:
     repeat = bool(match["repeat"]) if match["hit"] is not None else kind == "delay"
     arg = _parse_arg(kind, match["arg"], token, where)
     try:
-        return Fault(kind, match["target"], match["point"], hit, repeat, arg)
+        return Fault(kind, match["target"], match["point"], hit, repeat, arg, bool(match["optional"]))
     except FaultPlanError as error:
         raise FaultPlanError(f"{where}: {error}") from None
 
@@ -205,7 +245,10 @@ def parse_duration(text: str, *, where: str) -> float:
     if match is None:
         raise FaultPlanError(f"{where}: bad duration {text!r}; use seconds like 0.2s or 150ms")
     value = float(match["num"])
-    return value / 1000.0 if match["unit"] == "ms" else value
+    value = value / 1000.0 if match["unit"] == "ms" else value
+    if not math.isfinite(value):
+        raise FaultPlanError(f"{where}: bad duration {text!r}; use seconds like 0.2s or 150ms")
+    return value
 
 
 def _parse_arg(kind: str, text: str | None, token: str, where: str) -> float | int | str | None:
@@ -216,7 +259,7 @@ def _parse_arg(kind: str, text: str | None, token: str, where: str) -> float | i
     if kind == "msgfail":
         if text is None:
             return 1
-        if not text.isdigit():
+        if not re.fullmatch(r"[0-9]{1,6}", text):
             raise FaultPlanError(f"{where}: {token!r}: msgfail's count must be a whole number >= 1")
         return int(text)
     if kind == "raise":
@@ -231,25 +274,42 @@ def _check_fault(fault: Fault, *, where: str) -> None:
         raise FaultPlanError(f"{where}: unknown fault kind {fault.kind!r}; allowed kinds: {', '.join(KINDS)}")
     if not _NAME_RE.match(fault.target):
         raise FaultPlanError(f"{where}: bad target {fault.target!r}; worker names use letters, digits, _ - :")
-    if fault.hit < 1:
+    if isinstance(fault.hit, bool) or not isinstance(fault.hit, int) or fault.hit < 1:
         raise FaultPlanError(f"{where}: hit must be >= 1 (hits count from 1), got {fault.hit}")
+    if not isinstance(fault.point, str) or not isinstance(fault.target, str):
+        raise FaultPlanError(f"{where}: a fault's target and point are text, got {fault.target!r}, {fault.point!r}")
     if fault.kind in FAILPOINT_KINDS:
-        if not _POINT_RE.match(fault.point):
-            raise FaultPlanError(f"{where}: bad failpoint name {fault.point!r}")
-    else:
-        allowed = RETRYABLE_MESSAGE_TYPES if fault.kind == "msgfail" else MESSAGE_TYPES
-        if fault.point not in allowed:
+        if not (_POINT_RE.match(fault.point) or _RPC_POINT_RE.match(fault.point)
+                or _CALL_POINT_RE.match(fault.point)):
             raise FaultPlanError(
-                f"{where}: {fault.kind} cannot use message type {fault.point!r}; "
+                f"{where}: bad failpoint name {fault.point!r}; use a name like trainer.step, "
+                "rpc.call:NAME, rpc.serve:NAME or call:package.module:Qualified.name"
+            )
+    else:
+        allowed = RETRYABLE_MESSAGE_TYPES if fault.kind == "msgfail" else DELAYABLE_MESSAGE_TYPES
+        if fault.point not in allowed:
+            why = ("torch retries only these" if fault.kind == "msgfail"
+                   else "torch sends the others from C++, where a delay could not be counted")
+            raise FaultPlanError(
+                f"{where}: {fault.kind} cannot use message type {fault.point!r} ({why}); "
                 f"allowed: {', '.join(allowed)}"
             )
     if fault.kind in ("delay", "msgdelay") and not (
-        isinstance(fault.arg, (int, float)) and 0 <= fault.arg <= 3600
+        isinstance(fault.arg, (int, float)) and not isinstance(fault.arg, bool) and 0 <= fault.arg <= 3600
     ):
         raise FaultPlanError(f"{where}: {fault.kind} needs a duration in seconds (0..3600), got {fault.arg!r}")
-    if fault.kind == "msgfail" and not (isinstance(fault.arg, int) and fault.arg >= 1):
+    if fault.kind == "msgfail" and not (
+        isinstance(fault.arg, int) and not isinstance(fault.arg, bool) and 1 <= fault.arg <= 999_999
+    ):
         raise FaultPlanError(f"{where}: msgfail's count must be a whole number >= 1, got {fault.arg!r}")
     if fault.kind == "raise" and fault.arg is not None and (
-        not isinstance(fault.arg, str) or "," in fault.arg
+        not isinstance(fault.arg, str) or not fault.arg or "," in fault.arg or fault.arg != fault.arg.strip()
+        or any(not c.isprintable() for c in fault.arg)
     ):
-        raise FaultPlanError(f"{where}: raise's message must be text without commas, got {fault.arg!r}")
+        raise FaultPlanError(
+            f"{where}: raise's message must be printable text without commas or outer spaces, got {fault.arg!r}"
+        )
+    if fault.kind in FAILPOINT_KINDS and fault.kind != "raise" and fault.kind != "delay" and fault.arg is not None:
+        raise FaultPlanError(f"{where}: {fault.kind} takes no argument, got {fault.arg!r}")
+    if not isinstance(fault.repeat, bool) or not isinstance(fault.optional, bool):
+        raise FaultPlanError(f"{where}: repeat and optional are True or False")

@@ -25,23 +25,31 @@ if TYPE_CHECKING:  # pragma: no cover
 SEED_OPTION = "--rpc-seed"
 SEED_HELP = "root seed of the session: every world's seed derives from it and the test id (default: random, printed in the header)"
 DEADLINE_OPTION = "--rpc-deadline"
-DEADLINE_HELP = "deadline in seconds of each RPC world; a world still running then fails with every rank's stacks (default: 60)"
+DEADLINE_HELP = ("deadline in seconds of each RPC world, counted from when every rank has joined; a world still "
+                 "running then fails with every rank's stacks (default: 60)")
 FUZZ_OPTION = "--rpc-fuzz"
 FUZZ_HELP = "schedule fuzzing: largest seeded random delay in seconds at failpoints and message sends (default: 0, off)"
+BRINGUP_OPTION = "--rpc-bringup"
+BRINGUP_HELP = ("bring-up budget in seconds of each RPC world: every rank forked and through init_rpc "
+                "(default: 60, or 0.5 s a rank for larger worlds); the deadline counts from its end")
+CALL_TIMEOUT_OPTION = "--rpc-call-timeout"
+CALL_TIMEOUT_HELP = "seconds an RPC waits for its answer in the worlds' ranks (default: 60, torch's own)"
 TRACE_OPTION = "--rpc-trace-dir"
 TRACE_HELP = "folder for the Chrome trace and timeline picture of every failing world (default: .rpc-harness/traces under the rootdir)"
 MARKER = "rpc_world"
 MARKER_HELP = (
-    "rpc_world(world_size=None, names=None, deadline=None, seed=None, faults=None, fuzz=None): "
-    "defaults for the worlds this test runs with the rpc_world fixture"
+    "rpc_world(world_size=None, names=None, deadline=None, seed=None, faults=None, fuzz=None, bringup=None, "
+    "rpc_timeout=None): defaults for the worlds this test runs with the rpc_world fixture"
 )
-MARKER_KEYS = ("world_size", "names", "deadline", "seed", "faults", "fuzz")
+MARKER_KEYS = ("world_size", "names", "deadline", "seed", "faults", "fuzz", "bringup", "rpc_timeout")
 
 # Options a world takes from the command line and the ini file too, when
 # neither the call nor the marker sets them: option -> (dest, flag, ini key).
 SESSION_OPTIONS = {
     "deadline": ("rpc_deadline", DEADLINE_OPTION, "rpc_deadline"),
     "fuzz": ("rpc_fuzz", FUZZ_OPTION, "rpc_fuzz"),
+    "bringup": ("rpc_bringup", BRINGUP_OPTION, "rpc_bringup"),
+    "rpc_timeout": ("rpc_call_timeout", CALL_TIMEOUT_OPTION, "rpc_call_timeout"),
 }
 
 _MAX_WORLD_SECTIONS = 2
@@ -55,10 +63,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(SEED_OPTION, dest="rpc_seed", default=None, help=SEED_HELP)
     group.addoption(DEADLINE_OPTION, dest="rpc_deadline", default=None, help=DEADLINE_HELP)
     group.addoption(FUZZ_OPTION, dest="rpc_fuzz", default=None, help=FUZZ_HELP)
+    group.addoption(BRINGUP_OPTION, dest="rpc_bringup", default=None, help=BRINGUP_HELP)
+    group.addoption(CALL_TIMEOUT_OPTION, dest="rpc_call_timeout", default=None, help=CALL_TIMEOUT_HELP)
     group.addoption(TRACE_OPTION, dest="rpc_trace_dir", default=None, help=TRACE_HELP)
     parser.addini("rpc_seed", SEED_HELP, default=None)
     parser.addini("rpc_deadline", DEADLINE_HELP, default=None)
     parser.addini("rpc_fuzz", FUZZ_HELP, default=None)
+    parser.addini("rpc_bringup", BRINGUP_HELP, default=None)
+    parser.addini("rpc_call_timeout", CALL_TIMEOUT_HELP, default=None)
     parser.addini("rpc_trace_dir", TRACE_HELP, default=None)
 
 
@@ -215,6 +227,8 @@ class RpcWorld:
         names: Sequence[str] | str | None = None,
         seed: int | None = None,
         deadline: float | None = None,
+        bringup: float | None = None,
+        rpc_timeout: float | None = None,
         faults: Any = None,
         failpoints: Sequence[str] | None = None,
         args: Sequence[Any] = (),
@@ -224,38 +238,78 @@ class RpcWorld:
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:
-        """Run one world and return its result; see :func:`harness.run_world`.
+        """Run ``entry(ctx, *args, **kwargs)`` in a world and return its result;
+        see :func:`harness.run_world`.
 
         A rank that calls ``pytest.skip()`` skips the test; with ``check=True``
         any unexpected rank failure fails it with every rank's report.
         """
         __tracebackhide__ = True
-        from ._launcher import launch, raise_for_failures
+        return self._world(entry, "run", world_size, dict(
+            names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout, faults=faults,
+            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, check=check,
+            on_progress=on_progress)
+
+    def spawn(
+        self,
+        fn: Callable[..., Any] | str,
+        args: Sequence[Any] = (),
+        nprocs: int | None = None,
+        *,
+        kwargs: Mapping[str, Any] | None = None,
+        names: Sequence[str] | None = None,
+        seed: int | None = None,
+        deadline: float | None = None,
+        bringup: float | None = None,
+        rpc_timeout: float | None = None,
+        faults: Any = None,
+        failpoints: Sequence[str] | None = None,
+        fuzz: float | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> WorldResult:
+        """Run ``fn(rank, *args, **kwargs)`` in ``nprocs`` processes, like
+        ``torch.multiprocessing.spawn``, for a program that calls
+        ``rpc.init_rpc`` and ``rpc.shutdown`` itself; see :func:`harness.spawn`.
+        The guarantees and the report are those of :meth:`run`."""
+        __tracebackhide__ = True
+        return self._world(fn, "spawn", nprocs, dict(
+            names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout, faults=faults,
+            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, check=check,
+            on_progress=on_progress)
+
+    def _world(self, entry: Any, how: str, size: int | None, options: dict[str, Any], *,
+               failpoints: Sequence[str] | None, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+               env: Mapping[str, str] | None, check: bool, on_progress: Any) -> WorldResult:
+        __tracebackhide__ = True
+        from ._launcher import default_repro, launch, raise_for_failures
         from .spec import make_spec
 
-        settings = Settings.resolve(
-            {"world_size": world_size, "names": names, "seed": seed, "deadline": deadline,
-             "faults": faults, "fuzz": fuzz},
-            self._marker,
-            self._config,
-        )
+        settings = Settings.resolve(dict(options, world_size=size), self._marker, self._config)
         spec = make_spec(
             entry,
             settings.get("world_size"),
             names=settings.get("names"),
             seed=settings.get("seed", self.seed_for(len(self.results))),
             deadline=settings.get("deadline"),
+            bringup=settings.get("bringup"),
+            rpc_timeout=settings.get("rpc_timeout"),
             faults=settings.get("faults"),
             failpoints=failpoints,
             args=args,
             kwargs=kwargs,
             fuzz=settings.get("fuzz", 0.0),
             env=env,
-            repro=self.repro,
-            where=settings.where(f"rpc_world.run() in {self._request.node.nodeid}"),
+            spawned=how == "spawn",
+            where=settings.where(f"rpc_world.{how}() in {self._request.node.nodeid}"),
         )
-        if not args and not kwargs:
-            spec = dataclasses.replace(spec, repro=f"{self.repro}\n    or: {_token_command(spec)}")
+        ways = [self.repro]
+        token = _token_command(spec)
+        if token:
+            ways.append(token)
+        ways.append(default_repro(spec))
+        spec = dataclasses.replace(spec, repro="\n    or: ".join(ways))
         result = launch(spec, on_progress=on_progress)
         self.results.append(result)
         skipped = result.skipped
@@ -290,7 +344,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
                 when = "at the deadline" if result.timed_out else "when the world was stopped"
                 text += f"\n--- stacks {when}\n{rank.stacks.rstrip()}"
             if text.strip():
-                report.sections.append((f"{prefix}rank {rank.rank} ({rank.name}) [{rank.status}]", text))
+                report.sections.append((f"{prefix}{rank.label} [{rank.status}]", text))
         written = _write_trace(item, index, result)
         if written:
             trace, timeline = written
@@ -301,16 +355,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report.sections.append(("rpc-harness replay", replay))
 
 
-def _token_command(spec: Any) -> str:
-    """``rpc-harness replay TOKEN`` for a world whose entry takes no arguments."""
+def _token_command(spec: Any) -> str | None:
+    """``rpc-harness replay TOKEN`` for a world whose arguments are plain data
+    (None otherwise: a token cannot carry them)."""
     import sys
 
-    from .repro import Repro
+    from .repro import Repro, plain_data
 
+    kwargs = dict(spec.kwargs)
+    if not plain_data(spec.args) or not plain_data(kwargs) or spec.failpoints is not None:
+        return None
     module = sys.modules.get(spec.entry.module)
-    path = os.path.dirname(os.path.abspath(module.__file__)) if module and getattr(module, "__file__", None) else ""
-    return Repro(world_size=spec.world_size, seed=spec.seed, entry=str(spec.entry), names=spec.names,
-                 faults=str(spec.faults), fuzz=spec.fuzz, path=path).command()
+    path = ""
+    if module is not None and getattr(module, "__file__", None):
+        # The folder the module's dotted name is imported from: up one level
+        # per package in the name.
+        path = os.path.dirname(os.path.abspath(module.__file__))
+        for _ in range(spec.entry.module.count(".") + (os.path.basename(module.__file__) == "__init__.py")):
+            path = os.path.dirname(path)
+    return Repro(world_size=spec.world_size, seed=spec.seed, entry=str(spec.entry),
+                 names=spec.names if all(spec.names) else (), faults=str(spec.faults), fuzz=spec.fuzz, path=path,
+                 spawned=spec.spawned, args=spec.args, kwargs=kwargs).command()
 
 
 def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[str, str] | None:

@@ -72,11 +72,25 @@ def intra_op_threads(env: dict[str, str], world_size: int) -> int:
     return max(len(os.sched_getaffinity(0)) // world_size, 1)
 
 
-def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple[Any, Any]:
+def uses_faulty_agent(faults: Any, fuzz: float) -> bool:
+    """Whether a world runs torch's FaultyTensorPipe agent: when its plan has
+    message faults or it fuzzes the schedule (which delays sends)."""
+    return bool(fuzz) or any(f.kind in MESSAGE_KINDS for f in faults)
+
+
+def rpc_backend(
+    ctx: RankContext,
+    init_method: str,
+    rpc_timeout: float,
+    *,
+    name: str | None = None,
+    num_worker_threads: int | None = None,
+) -> tuple[Any, Any]:
     """``(backend, options)`` for ``rpc.init_rpc``: plain TensorPipe, or torch's
     FaultyTensorPipe agent when the plan (or schedule fuzzing) delays or fails
-    this rank's messages."""
-    mine = ctx.faults.for_target(ctx.name)
+    this rank's messages. ``name`` is the rank's worker name when its context
+    does not know it yet (a spawned program names itself in init_rpc)."""
+    mine = ctx.faults.for_target(name or ctx.name or "")
     to_fail = sorted({f.point for f in mine if f.kind == "msgfail"})
     to_delay = {f.point: f.seconds for f in mine if f.kind == "msgdelay"}
     if ctx.fuzz:
@@ -88,11 +102,13 @@ def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple
     # One backend per world: plain TensorPipe's init joins a Gloo group that the
     # faulty backend never creates, so a world that mixed them would deadlock in
     # init_rpc. Ranks without message faults get the faulty agent with nothing armed.
-    if ctx.fuzz or any(f.kind in MESSAGE_KINDS for f in ctx.faults):
+    # Its options cannot choose TensorPipe's transports: such worlds keep shared
+    # memory, and with it a limit of 33 ranks (spec.MAX_FAULTY_WORLD_SIZE).
+    if uses_faulty_agent(ctx.faults, ctx.fuzz):
         import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
 
         options = faulty.FaultyTensorPipeRpcBackendOptions(
-            num_worker_threads=8,
+            num_worker_threads=num_worker_threads or 8,
             rpc_timeout=rpc_timeout,
             init_method=init_method,
             messages_to_fail=to_fail,
@@ -100,7 +116,29 @@ def rpc_backend(ctx: RankContext, init_method: str, rpc_timeout: float) -> tuple
             num_fail_sends=max([int(f.arg) for f in mine if f.kind == "msgfail"] or [0]),
         )
         return rpc.backend_registry.BackendType.FAULTY_TENSORPIPE, options
-    options = rpc.TensorPipeRpcBackendOptions(
-        init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=16
-    )
+    options = tensorpipe_options(init_method, rpc_timeout, num_worker_threads or 16)
     return rpc.backend_registry.BackendType.TENSORPIPE, options
+
+
+def tensorpipe_options(init_method: str, rpc_timeout: float, num_worker_threads: int = 16, **more: Any) -> Any:
+    """TensorPipe restricted to TCP and its basic channel, as every plain
+    world runs. Measured on torch 2.13 (TensorPipe's sources cited):
+
+    - its shared-memory transport listens on an AF_UNIX socket with a
+      hard-coded backlog of 128 (shm/listener_impl.cc) and treats the EAGAIN
+      a full backlog gives a non-blocking connect as fatal (socket.cc:114);
+      init_rpc's all-gather opens 4 such connections per follower to rank 0
+      at once, so worlds of 34 ranks and more failed to start. A full TCP
+      queue only delays a connection (the SYN is resent);
+    - a rank SIGKILLed while it holds the spin flag of a peer's shared-memory
+      ring leaves every other writer to that peer spinning forever: live
+      ranks stop answering (the parameter server's intermittent hang);
+    - shm busy-polls a core per rank and maps 16 MiB per pipe; TCP idles.
+
+    The basic channel needs one connection per pipe and no ptrace; dropping
+    mpt_uv (never chosen for CPU tensors) saves 16 threads and listeners per
+    rank. The cost: a tiny round trip in a 2-rank world is ~2x slower."""
+    return rpc.TensorPipeRpcBackendOptions(
+        init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=num_worker_threads,
+        _transports=["uv"], _channels=["basic"], **more,
+    )

@@ -43,10 +43,19 @@ class RankOutcome:
 
     @property
     def label(self) -> str:
-        return f"rank {self.rank} ({self.name})"
+        # A spawned program names its ranks in init_rpc: one that never got
+        # there has no name.
+        return f"rank {self.rank} ({self.name})" if self.name else f"rank {self.rank}"
 
     def fired_faults(self) -> list[dict]:
         return [e for e in self.events if e.get("kind") == "fault"]
+
+    @property
+    def hits(self) -> dict[str, int]:
+        """The failpoints this rank reached, with hit counts (recorded in a
+        rank a fault was aimed at)."""
+        recorded = [e for e in self.events if e.get("kind") == "hits"]
+        return dict(recorded[-1]["hits"]) if recorded else {}
 
     def describe(self) -> str:
         """One line: what happened to this rank."""
@@ -59,6 +68,8 @@ class RankOutcome:
         if how is None:
             if self.status == RAISED:
                 how = f"raised {self.error} (during {self.phase})"
+            elif self.status == HUNG and self.phase in ("starting", "start-up"):
+                how = "had not joined the RPC world when the bring-up budget ran out"
             elif self.status == HUNG:
                 how = f"hung: still in {self.phase}{self._where()} at the deadline"
             elif self.signal:
@@ -90,6 +101,11 @@ class WorldResult:
     timed_out: bool = False
     repro: str = ""
     workdir: str | None = None
+    # Why the world failed besides its ranks: faults that never fired,
+    # messages lost, a plan aimed at names the program never used.
+    problems: list[str] = field(default_factory=list)
+    budget: str = "deadline"  # which budget ran out when timed_out: "deadline" or "bring-up"
+    bringup: float = 0.0  # the bring-up budget, seconds
 
     @property
     def world_size(self) -> int:
@@ -105,7 +121,7 @@ class WorldResult:
 
     @property
     def ok(self) -> bool:
-        return not self.failures and self.skipped is None and not self.timed_out
+        return not self.failures and self.skipped is None and not self.timed_out and not self.problems
 
     @property
     def values(self) -> list[Any]:
@@ -121,8 +137,15 @@ class WorldResult:
         return [r for r in self.ranks if r.status == KILLED]
 
     def fired_faults(self) -> list[dict]:
-        """Every fault that fired, in time order, with rank, point and hit."""
+        """Every fault that fired, in time order, with rank, point and hit
+        (a message fault's event is one failed or delayed send)."""
         return sorted((e for r in self.ranks for e in r.fired_faults()), key=lambda e: e["t"])
+
+    def fault_counts(self) -> dict[str, int]:
+        """How often each fault of the plan fired, by its text form."""
+        from ._tally import fault_counts
+
+        return fault_counts(self.faults, self.ranks)
 
     def __getitem__(self, key: int | str) -> RankOutcome:
         if isinstance(key, str):
@@ -133,21 +156,27 @@ class WorldResult:
         return iter(self.ranks)
 
     def report(self, *, output_lines: int = 20) -> str:
-        """A multi-line account of the world, failures first, repro line last."""
+        """A multi-line account of the world, failures first, repro line last.
+        Ranks that ended alike share a line, and their output is shown once."""
         lines = [self._headline()]
-        for outcome in self.ranks:
-            lines.append("  " + outcome.describe())
+        lines += [f"  {problem}" for problem in self.problems]
+        groups = _alike(self.ranks)
+        lines += ["  " + _group_line(group) for group in groups]
         when = "at the deadline" if self.timed_out else "when the world was stopped"
-        for outcome in self.failures:
+        for group in groups:
+            outcome = group[0]
+            if not outcome.failed:
+                continue
+            others = f" (and {len(group) - 1} more ranks alike)" if len(group) > 1 else ""
             if outcome.traceback:
-                lines.append(f"--- {outcome.label} traceback")
+                lines.append(f"--- {outcome.label} traceback{others}")
                 lines.append(outcome.traceback.rstrip())
             if outcome.stacks:
                 lines.append(f"--- {outcome.label} stacks {when}")
                 lines.append(outcome.stacks.rstrip())
             if outcome.output.strip():
                 tail = outcome.output.rstrip().splitlines()[-output_lines:]
-                lines.append(f"--- {outcome.label} output (last {len(tail)} lines)")
+                lines.append(f"--- {outcome.label} output (last {len(tail)} lines){others}")
                 lines.extend(tail)
         # The ranks that did not fail but were still busy: often why another did.
         for outcome in self.ranks:
@@ -162,12 +191,48 @@ class WorldResult:
         what = f"world_size={self.world_size}, seed={self.seed}"
         if self.faults:
             what += f", faults={self.faults}"
-        if self.timed_out:
-            head = f"rpc world hung: deadline of {self.deadline:g}s passed"
+        if self.timed_out and self.budget == "bring-up":
+            waiting = sum(1 for r in self.ranks if r.status == HUNG)
+            head = (f"rpc world did not come up: {waiting} of {self.world_size} ranks had not joined "
+                    f"within the bring-up budget of {self.bringup:g}s (the deadline counts from when all have)")
+        elif self.timed_out:
+            head = (f"rpc world hung: deadline of {self.deadline:g}s passed "
+                    "(counted from when every rank had joined)")
         elif self.failures:
             head = f"rpc world failed: {len(self.failures)} of {self.world_size} ranks failed"
+        elif self.problems:
+            head = "rpc world failed: " + ("its fault plan did not do what it says" if any(
+                "never fired" in p for p in self.problems) else "see below")
         elif self.skipped is not None:
             head = "rpc world skipped"
         else:
             head = f"rpc world ok in {self.duration:.2f}s"
         return f"{head} ({what})"
+
+
+def _alike(ranks: list[RankOutcome], least: int = 3) -> list[list[RankOutcome]]:
+    """Ranks in order, those that ended exactly alike (status, phase, error)
+    grouped when there are ``least`` or more of them."""
+    by_kind: dict[tuple, list[RankOutcome]] = {}
+    for outcome in ranks:
+        by_kind.setdefault((outcome.status, outcome.phase, outcome.error, outcome.signal), []).append(outcome)
+    groups, seen = [], set()
+    for outcome in ranks:
+        key = (outcome.status, outcome.phase, outcome.error, outcome.signal)
+        if key in seen:
+            continue
+        members = by_kind[key]
+        if len(members) >= least:
+            seen.add(key)
+            groups.append(members)
+        else:
+            groups.append([outcome])
+    return groups
+
+
+def _group_line(group: list[RankOutcome]) -> str:
+    if len(group) == 1:
+        return group[0].describe()
+    head = group[0].describe().split(": ", 1)[1]
+    ranks = ", ".join(str(o.rank) for o in group[:8]) + (f" and {len(group) - 8} more" if len(group) > 8 else "")
+    return f"{len(group)} ranks ({ranks}): {head}"

@@ -4,6 +4,7 @@ deadline, validated in one place before any process starts."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import pickle
 import re
@@ -16,8 +17,21 @@ from .errors import FaultPlanError, WorldSpecError
 from .faults import FaultPlan
 from .seeds import MAX_SEED, fresh_seed
 
-DEFAULT_DEADLINE = 60.0
+DEFAULT_DEADLINE = 60.0  # seconds the entries may run, counted from when every rank has joined
+DEFAULT_RPC_TIMEOUT = 60.0  # seconds an RPC waits for its answer (torch's own default)
 MAX_WORLD_SIZE = 256
+# Worlds with message faults or fuzzing run torch's faulty agent, which cannot
+# leave TensorPipe's shared-memory transport: its AF_UNIX backlog of 128 takes
+# 4 connections a rank when every rank reaches one at once (graceful
+# shutdown's all-gather), so 34 ranks and more fail.
+MAX_FAULTY_WORLD_SIZE = 33
+
+
+def default_bringup(world_size: int) -> float:
+    """Seconds a world of ``world_size`` ranks may take to come up (every rank
+    forked and through init_rpc) before it fails as a bring-up failure:
+    60 s, and more for large worlds (measured: 256 ranks take ~40 s here)."""
+    return max(60.0, 0.5 * world_size)
 _WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")  # what torch rpc accepts
 
 
@@ -91,7 +105,11 @@ class EntryRef:
 
 @dataclass(frozen=True)
 class WorldSpec:
-    """Everything that defines one world. Built by :func:`make_spec`."""
+    """Everything that defines one world. Built by :func:`make_spec`.
+
+    A ``spawned`` world runs ``entry(rank, *args)`` in each process, and the
+    program names its workers in its own init_rpc: ``names`` are then the
+    names it was expected to give, or empty strings when nobody said."""
 
     entry: EntryRef
     names: tuple[str, ...]
@@ -102,6 +120,12 @@ class WorldSpec:
     fuzz: float = 0.0
     repro: str = ""
     env: tuple[tuple[str, str], ...] = ()
+    spawned: bool = False
+    bringup: float = 60.0
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT
+    failpoints: tuple[str, ...] | None = None
+    args: tuple[Any, ...] = field(default=(), repr=False)
+    kwargs: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
 
     @property
     def world_size(self) -> int:
@@ -115,6 +139,8 @@ def make_spec(
     names: Sequence[str] | str | None = None,
     seed: int | None = None,
     deadline: float | None = None,
+    bringup: float | None = None,
+    rpc_timeout: float | None = None,
     faults: FaultPlan | str | None = None,
     failpoints: Sequence[str] | None = None,
     args: Sequence[Any] = (),
@@ -122,29 +148,52 @@ def make_spec(
     fuzz: float = 0.0,
     repro: str = "",
     env: Mapping[str, str] | None = None,
+    spawned: bool = False,
     where: str = "run_world()",
 ) -> WorldSpec:
     """Validate every input and build a :class:`WorldSpec`.
 
     ``where`` names the source of the values (an argument list, a marker, a
-    command-line option) so that errors point at it.
+    command-line option) so that errors point at it. A ``spawned`` world
+    without ``names`` checks its plan's targets once the program has named
+    its workers.
     """
     ref = EntryRef.of(entry, where=f"{where}: entry")
-    resolved_names = resolve_names(world_size, names, where=where)
+    if not isinstance(args, (tuple, list)):
+        raise WorldSpecError(f"{where}: args must be a tuple or list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise WorldSpecError(f"{where}: kwargs must be a mapping, got {type(kwargs).__name__}")
+    check_signature(ref, entry, args, kwargs or {}, spawned=spawned, where=where)
+    if spawned and (names is None or isinstance(names, str)):
+        if names is not None:
+            raise WorldSpecError(f"{where}: a spawned program names its workers itself; give names as a list")
+        resolved_names = ("",) * _checked_size(world_size, where=where, what="nprocs")
+    else:
+        resolved_names = resolve_names(world_size, names, where=where)
     if seed is None:
         seed = fresh_seed()
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise WorldSpecError(f"{where}: invalid seed {seed!r}; use a whole number 0..2**63-1")
     deadline = DEFAULT_DEADLINE if deadline is None else validate_deadline(deadline, where=where)
-    try:
-        plan = FaultPlan.coerce(faults, where=f"{where}: faults")
+    bringup = default_bringup(len(resolved_names)) if bringup is None else validate_deadline(
+        bringup, where=where, what="bring-up budget")
+    rpc_timeout = DEFAULT_RPC_TIMEOUT if rpc_timeout is None else validate_deadline(
+        rpc_timeout, where=where, what="rpc_timeout")
+    plan = FaultPlan.coerce(faults, where=f"{where}: faults")
+    if all(resolved_names):
         plan.validate(resolved_names, failpoints=failpoints, where=f"{where}: faults")
-    except FaultPlanError:
-        raise
+    else:
+        plan.validate([f.target for f in plan], failpoints=failpoints, where=f"{where}: faults")
+    check_call_points(plan, where=f"{where}: faults")
     if isinstance(fuzz, bool) or not isinstance(fuzz, (int, float)) or not 0 <= fuzz <= 1:
         raise WorldSpecError(f"{where}: invalid fuzz {fuzz!r}; use the largest delay in seconds, 0..1")
-    if not isinstance(args, (tuple, list)):
-        raise WorldSpecError(f"{where}: args must be a tuple or list, got {type(args).__name__}")
+    faulty = bool(fuzz) or any(f.kind in ("msgfail", "msgdelay") for f in plan)
+    if faulty and len(resolved_names) > MAX_FAULTY_WORLD_SIZE:
+        raise WorldSpecError(
+            f"{where}: message faults and schedule fuzzing work in worlds of at most {MAX_FAULTY_WORLD_SIZE} "
+            f"ranks, got {len(resolved_names)}: torch's faulty agent cannot leave TensorPipe's shared-memory "
+            "transport, whose connection backlog overflows in larger worlds"
+        )
     try:
         payload = pickle.dumps((tuple(args), dict(kwargs or {})))
     except Exception as error:
@@ -156,7 +205,7 @@ def make_spec(
         if not isinstance(key, str) or not isinstance(value, str):
             raise WorldSpecError(f"{where}: env must map str to str, got {key!r}: {value!r}")
     threads = env.get("OMP_NUM_THREADS")
-    if threads is not None and not (threads.isdigit() and int(threads) >= 1):
+    if threads is not None and not (threads.isascii() and threads.isdigit() and int(threads) >= 1):
         raise WorldSpecError(f"{where}: env OMP_NUM_THREADS={threads!r} is not a positive whole number")
     return WorldSpec(
         entry=ref,
@@ -168,7 +217,55 @@ def make_spec(
         fuzz=float(fuzz),
         repro=repro,
         env=tuple(sorted(env.items())),
+        spawned=spawned,
+        bringup=bringup,
+        rpc_timeout=rpc_timeout,
+        failpoints=None if failpoints is None else tuple(failpoints),
+        args=tuple(args),
+        kwargs=tuple(sorted(dict(kwargs or {}).items())),
     )
+
+
+def check_signature(
+    ref: EntryRef, entry: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, spawned: bool, where: str
+) -> None:
+    """The entry must accept ``(ctx, *args, **kwargs)`` (``(rank, *args,
+    **kwargs)`` when spawned): checked here, not in every rank."""
+    function = entry if callable(entry) else (ref.load(where=where) if ref.main_file is None else None)
+    if function is None:
+        return
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # builtins without a signature: nothing to check
+        return
+    first = "rank" if spawned else "ctx"
+    try:
+        signature.bind(None, *args, **kwargs)
+    except TypeError as error:
+        shown = ", ".join([first, *(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        raise WorldSpecError(
+            f"{where}: {ref}{signature} cannot be called as {ref.qualname}({shown}): {error}"
+        ) from None
+
+
+def check_call_points(plan: FaultPlan, *, where: str) -> None:
+    """Every ``call:package.module:Qualified.name`` of the plan must import
+    and name a callable, here, before any rank tries."""
+    from ._callpoints import check_target
+
+    for fault in plan:
+        if fault.point.startswith("call:"):
+            problem = check_target(fault.point.removeprefix("call:"))
+            if problem:
+                raise FaultPlanError(f"{where}: {fault}: {problem}")
+
+
+def _checked_size(world_size: int | None, *, where: str, what: str) -> int:
+    if world_size is None:
+        raise WorldSpecError(f"{where}: give {what}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise WorldSpecError(f"{where}: invalid {what} {world_size!r}; use 1..{MAX_WORLD_SIZE}")
+    return world_size
 
 
 def resolve_names(
@@ -207,10 +304,10 @@ def resolve_names(
     return resolved
 
 
-def validate_deadline(value: object, *, where: str) -> float:
-    """A deadline in seconds: a finite number > 0."""
+def validate_deadline(value: object, *, where: str, what: str = "deadline") -> float:
+    """A number of seconds: finite and > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise WorldSpecError(f"{where}: invalid deadline {value!r}; use seconds > 0")
+        raise WorldSpecError(f"{where}: invalid {what} {value!r}; use seconds > 0")
     if not math.isfinite(value) or value <= 0:
-        raise WorldSpecError(f"{where}: invalid deadline {value!r}; use seconds > 0")
+        raise WorldSpecError(f"{where}: invalid {what} {value!r}; use seconds > 0")
     return float(value)

@@ -57,8 +57,11 @@ def faults(
     kinds: Sequence[str] = DEFAULT_KINDS,
     max_hit: int = 5,
     delays: Sequence[float] = (0.001, 0.01, 0.05),
+    optional: bool = False,
 ) -> st.SearchStrategy[Fault]:
-    """One failpoint fault aimed at one of ``names``."""
+    """One failpoint fault aimed at one of ``names``. ``optional`` marks it so
+    (``?``): a fault drawn at a point its rank never reaches, or past the end
+    of a run, then does not fail the world."""
     for kind in kinds:
         if kind not in FAILPOINT_KINDS:
             raise ValueError(f"strategy kinds must be failpoint kinds {FAILPOINT_KINDS}, got {kind!r}")
@@ -70,8 +73,9 @@ def faults(
         point = draw(st.sampled_from(list(failpoints)))
         hit = draw(st.integers(min_value=1, max_value=max_hit))
         if kind == "delay":
-            return Fault(kind, target, point, hit, repeat=True, arg=draw(st.sampled_from(list(delays))))
-        return Fault(kind, target, point, hit)
+            return Fault(kind, target, point, hit, repeat=True, arg=draw(st.sampled_from(list(delays))),
+                         optional=optional)
+        return Fault(kind, target, point, hit, optional=optional)
 
     return one()
 

@@ -4,8 +4,8 @@
 chrome://tracing to read. This module draws the same document as hand-written
 SVG (no dependencies) that any browser opens, fit to attach to a CI run or a
 bug report: one row per rank with its phases (init_rpc, entry, shutdown) as
-bars, the RPCs it issued in a thin lane under them (failed ones in their own
-colour), and its faults, hits of armed failpoints, errors, fuzz delays, user
+bars, the RPCs it issued in a thin lane under them and the ones it served in
+a second lane (failed ones in their own colour), and its faults, hits of armed failpoints, errors, fuzz delays, user
 events and death as markers. Faults, deaths and errors are labelled, since they are what a
 reader looks for; every marker carries a ``<title>`` with its full name and
 args, shown on hover.
@@ -32,11 +32,12 @@ from ._svg import FONT
 
 WIDTH = 960
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP = 168, 24, 56
-ROW_HEIGHT = 48
+ROW_HEIGHT = 58
 # Inside a row, from its top: two lines for labels, the phase bar, the RPC sub-lanes.
 LABEL_BASELINES = (10, 20)
 BAR_TOP, BAR_HEIGHT = 23, 12
 RPC_TOP, RPC_LANE, RPC_LANES = 37, 3, 3
+SERVE_TOP = RPC_TOP + RPC_LANE * RPC_LANES + 1  # served RPCs: a second lane of the same sub-lanes
 MAX_RPCS = 2000  # drawn per rank; more are sampled evenly
 MAX_MARKERS = 2000  # drawn per rank and kind of marker
 MAX_LABEL_CHARS = 48
@@ -50,6 +51,7 @@ PHASE_COLOURS = {"init_rpc": "#f1ce63", "entry": "#59a14f", "shutdown": "#a0cbe8
 # Phases the harness does not write get these, in the order of their names.
 OTHER_PHASE_COLOURS = ("#b07aa1", "#9c755f", "#ff9da7", "#bab0ac", "#86bcb6", "#d4a6c8")
 RPC_COLOUR, FAILED_RPC_COLOUR, OPEN_RPC_COLOUR = "#4e79a7", "#e377c2", "#9467bd"
+SERVE_COLOUR = "#76b7b2"
 FAULT_COLOUR, ERROR_COLOUR, DEATH_COLOUR = "#d62728", "#ff7f0e", "#000000"
 FUZZ_COLOUR, USER_COLOUR = "#8c8c8c", "#3b3b98"
 MARKER_KINDS = ("death", "fault", "error", "user", "failpoint", "fuzz")  # the first is drawn on top
@@ -111,6 +113,7 @@ def render_timeline(document: Mapping[str, Any], title: str = "") -> str:
         )
         out += [_phase_bar(phase, y0, px, label, trace.phase_colours) for phase in row.phases]
         out += _rpc_lane(row, y0, px, notes)
+        out += _rpc_lane(row, y0, px, notes, served=True)
         markers, labels, hidden = _markers(row, y0, px, notes)
         hidden_labels += hidden
         out += markers + labels  # labels over every marker of the row
@@ -220,6 +223,7 @@ class _Row:
     sort_index: float | None = None
     phases: list[_Span] = field(default_factory=list)
     rpcs: list[_Span] = field(default_factory=list)
+    serves: list[_Span] = field(default_factory=list)
     markers: dict[str, list[_Instant]] = field(default_factory=dict)
     last: float | None = None
 
@@ -284,11 +288,11 @@ def _read(document: Any) -> _Trace:
             row.saw(end)
             times.append(end)
             row.phases.append(_Span(ts, end, name, args))
-        elif ph == "b" and cat == "rpc":
+        elif ph == "b" and cat in ("rpc", "serve"):
             span = _Span(ts, ts, name, args, open=True)
-            row.rpcs.append(span)
+            (row.serves if cat == "serve" else row.rpcs).append(span)
             open_rpcs.setdefault((key, _id(event)), []).append(span)
-        elif ph == "e" and cat in ("rpc", None):
+        elif ph == "e" and cat in ("rpc", "serve", None):
             waiting = open_rpcs.get((key, _id(event)))
             if waiting:
                 span = waiting.pop(0)  # ids may be reused: the oldest open one ends
@@ -298,7 +302,7 @@ def _read(document: Any) -> _Trace:
         elif ph in ("i", "I") and cat in MARKER_KINDS:
             row.markers.setdefault(cat, []).append(_Instant(ts, name, args))
     for row in rows.values():
-        for span in row.rpcs:
+        for span in row.rpcs + row.serves:
             if span.open:
                 span.end = max(row.last if row.last is not None else span.start, span.start)
     ordered = sorted(rows.values(), key=_row_order)
@@ -418,22 +422,26 @@ def _phase_bar(phase: _Span, y0: float, px: _Px, label: str, colours: Mapping[st
     )
 
 
-def _rpc_lane(row: _Row, y0: float, px: _Px, notes: list[str]) -> list[str]:
-    if not row.rpcs:
+def _rpc_lane(row: _Row, y0: float, px: _Px, notes: list[str], *, served: bool = False) -> list[str]:
+    """The RPCs the rank issued (or, ``served``, ran for peers) as thin bars."""
+    spans = sorted(row.serves if served else row.rpcs, key=lambda s: (s.start, s.end))
+    if not spans:
         return []
-    spans = sorted(row.rpcs, key=lambda s: (s.start, s.end))
+    what = "served RPCs" if served else "RPCs"
     drawn = _sample(spans, MAX_RPCS)
     if len(drawn) < len(spans):
         notes.append(
-            f"{row.label}: drew {len(drawn)} of {len(spans)} RPCs, sampled evenly in time order"
+            f"{row.label}: drew {len(drawn)} of {len(spans)} {what}, sampled evenly in time order"
         )
     unanswered = sum(1 for s in spans if s.open)
     if unanswered:
+        ending = "never finished" if served else "never answered"
         notes.append(
-            f"{row.label}: {unanswered} RPC{'s' if unanswered > 1 else ''} never answered "
+            f"{row.label}: {unanswered} {what[:-1] if unanswered == 1 else what} {ending} "
             "before the rank's trace ends"
         )
-    out = ['<g class="rpcs" fill-opacity="0.75">']
+    top = SERVE_TOP if served else RPC_TOP
+    out = [f'<g class="{"serves" if served else "rpcs"}" fill-opacity="0.75">']
     lane_ends = [-math.inf] * RPC_LANES
     for span in drawn:
         # The first free sub-lane; with none free, the one that frees soonest (overdrawn).
@@ -445,19 +453,20 @@ def _rpc_lane(row: _Row, y0: float, px: _Px, notes: list[str]) -> list[str]:
         x = px(span.start)
         width = max(px(span.end) - x, 1.0)
         tip = f"{row.label}: {span.name} at {_human(span.start)}, "
+        kind = "serve" if served else "rpc"
         if span.open:
-            tip += "never answered: the rank's trace ends first"
-            colour, cls = OPEN_RPC_COLOUR, "rpc unanswered"
+            tip += "never finished: the rank's trace ends first" if served else "never answered: the rank's trace ends first"
+            colour, cls = OPEN_RPC_COLOUR, f"{kind} unanswered"
         else:
             tip += f"took {_human(span.end - span.start)}"
-            colour, cls = RPC_COLOUR, "rpc"
+            colour, cls = (SERVE_COLOUR if served else RPC_COLOUR), kind
         if span.error is not None:
             tip += f"\nfailed: {_fit(span.error, 400)}"
-            colour, cls = FAILED_RPC_COLOUR, "rpc failed"
+            colour, cls = FAILED_RPC_COLOUR, f"{kind} failed"
         if span.args:
             tip += f"\nargs: {_fit(_json(span.args), 400)}"
         out.append(
-            f'<rect x="{x:.2f}" y="{y0 + RPC_TOP + lane * RPC_LANE}" width="{width:.2f}" '
+            f'<rect x="{x:.2f}" y="{y0 + top + lane * RPC_LANE}" width="{width:.2f}" '
             f'height="{RPC_LANE - 0.5}" fill="{colour}" class="{cls}">'
             f"<title>{_text(tip)}</title></rect>"
         )
@@ -600,6 +609,7 @@ def _legend(colours: Mapping[str, str], y: float) -> tuple[list[str], float]:
     ]
     entries += [
         (f"rpc:{RPC_COLOUR}", "RPC issued by the rank"),
+        (f"rpc:{SERVE_COLOUR}", "RPC served by the rank (lane below)"),
         (f"rpc:{FAILED_RPC_COLOUR}", "RPC failed"),
         (f"rpc:{OPEN_RPC_COLOUR}", "RPC never answered (drawn to the rank's last event)"),
         ("fault", "fault fired"),

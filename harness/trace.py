@@ -1,9 +1,10 @@
 """A world's timeline as Chrome trace-event JSON (Perfetto, chrome://tracing).
 
 One track per rank: its phases (init_rpc, entry, shutdown) as spans; the
-RPCs it issued as async spans; faults fired, hits of armed failpoints that
-fired nothing, fuzz delays, user events and its death as instants; what it
-reported through ``harness.progress`` as counters.
+RPCs it issued and the ones it served as async spans; faults fired (a
+message fault's failed or delayed sends among them), hits of armed
+failpoints that fired nothing, fuzz delays, user events and its death as
+instants; what it reported through ``harness.progress`` as counters.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
             first.setdefault(event["kind"], event)
         last_t = max((e["t"] for e in rank.events), default=origin)
         rpc_names: dict[int, str] = {}
+        serve_names: dict[int, str] = {}
         for begin, end, name in _SPANS:
             if begin in first:
                 stop = first[end]["t"] if end in first else last_t
@@ -66,6 +68,14 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
                 if event["id"] in rpc_names:
                     out.append(_rpc_edge("e", pid, us(event["t"]), event, rpc_names))
                 continue
+            elif kind == "serve_begin":
+                serve_names[event["id"]] = f"serve {event['func']}"
+                out.append(_rpc_edge("b", pid, us(event["t"]), event, serve_names, cat="serve"))
+                continue
+            elif kind == "serve_end":
+                if event["id"] in serve_names:
+                    out.append(_rpc_edge("e", pid, us(event["t"]), event, serve_names, cat="serve"))
+                continue
             else:
                 continue
             args = {k: v for k, v in event.items() if k not in ("t", "rank", "kind", "tid")}
@@ -88,11 +98,12 @@ def _counters(pid: int, ts: float, event: dict[str, Any]) -> list[dict[str, Any]
     return out
 
 
-def _rpc_edge(ph: str, pid: int, ts: float, event: dict[str, Any], names: dict[int, str]) -> dict[str, Any]:
+def _rpc_edge(ph: str, pid: int, ts: float, event: dict[str, Any], names: dict[int, str],
+              cat: str = "rpc") -> dict[str, Any]:
     # Async ("b"/"e") rather than complete events: RPCs overlap each other
     # freely, which complete events on one thread may not. Async ids are
-    # global to the trace, hence the rank in them.
-    edge = {"ph": ph, "cat": "rpc", "id": f"{pid}.{event['id']}", "name": names[event["id"]],
+    # global to the trace, hence the rank (and the kind) in them.
+    edge = {"ph": ph, "cat": cat, "id": f"{pid}.{cat}.{event['id']}", "name": names[event["id"]],
             "pid": pid, "tid": 0, "ts": ts}
     if ph == "e" and event.get("error"):
         edge["args"] = {"error": event["error"]}

@@ -332,16 +332,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _replay_entry(repro: Repro, deadline: float) -> int:
-    from harness import run_world
+    from harness import run_world, spawn
 
     # The entry's module is imported the way the test run that printed the
     # token imported it: from its folder, or from here.
     for folder in (repro.path, os.getcwd()):
         if folder and folder not in sys.path:
             sys.path.insert(0, folder)
-    result = run_world(repro.entry or "", names=repro.names or None, world_size=repro.world_size,
-                       seed=repro.seed, faults=repro.faults or None, fuzz=repro.fuzz,
-                       deadline=deadline, repro=repro.command(), check=False)
+    common = dict(seed=repro.seed, faults=repro.faults or None, fuzz=repro.fuzz, deadline=deadline,
+                  kwargs=repro.kwargs, repro=repro.command(), check=False)
+    if repro.spawned:
+        result = spawn(repro.entry or "", args=repro.args, nprocs=repro.world_size, names=repro.names or None,
+                       **common)
+    else:
+        result = run_world(repro.entry or "", names=repro.names or None, world_size=repro.world_size,
+                           args=repro.args, **common)
     print(result.report())
     if result.ok:
         print("replay: the world did NOT fail this time: the failure does not reproduce from this token")

@@ -33,14 +33,15 @@ def test_a_bad_env_is_refused_before_any_rank_starts(env, message):
         ({"world_size": 2, "deadline": 0}, "invalid deadline 0"),
         ({"world_size": 2, "deadline": float("inf")}, "invalid deadline inf"),
         ({"world_size": 2, "seed": -1}, "invalid seed -1"),
-        ({"world_size": 2, "args": (lambda: 1,)}, "cannot be pickled"),
+        ({"world_size": 2, "args": (lambda: 1,)}, "worlds:identity(ctx) cannot be called as identity(ctx, <function"),
+        ({"world_size": 2, "kwargs": {"x": 1}}, "cannot be called as identity(ctx, x=1): got an unexpected keyword"),
         ({"world_size": 2, "faults": "kill:nobody@x.step"}, "unknown worker 'nobody'"),
         ({"world_size": 2, "faults": "explode:worker0@x.step"}, "unknown fault kind 'explode'"),
         ({}, "give world_size"),
     ],
 )
 def test_bad_input_is_rejected_before_any_process_starts(monkeypatch, kwargs, message):
-    monkeypatch.setattr(harness._launcher, "launch", lambda spec: pytest.fail("a world was started"))
+    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(ValueError) as caught:
         harness.run_world(worlds.identity, **kwargs)
     assert message in str(caught.value)
@@ -48,7 +49,7 @@ def test_bad_input_is_rejected_before_any_process_starts(monkeypatch, kwargs, me
 
 
 def test_entries_must_be_importable_by_name(monkeypatch):
-    monkeypatch.setattr(harness._launcher, "launch", lambda spec: pytest.fail("a world was started"))
+    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
 
     def nested(ctx):
         return 1
@@ -64,6 +65,21 @@ def test_entries_must_be_importable_by_name(monkeypatch):
         with pytest.raises(WorldSpecError) as caught:
             harness.run_world(entry, world_size=2)
         assert message in str(caught.value)
+
+
+def test_arguments_that_cannot_be_pickled_are_refused_before_any_process_starts(monkeypatch):
+    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    with pytest.raises(WorldSpecError, match="the entry's args/kwargs cannot be pickled for the ranks"):
+        harness.run_world(worlds.sleep_forever, world_size=2, args=(lambda: 1,))
+
+
+def test_a_spawned_programs_signature_is_checked_against_its_arguments(monkeypatch):
+    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    with pytest.raises(WorldSpecError, match=r"spawn\(\): worlds:add\(a, b\) cannot be called as add\(rank, 1, 2\): "
+                                             "too many positional arguments"):
+        harness.spawn(worlds.add, args=(1, 2), nprocs=2)
+    with pytest.raises(WorldSpecError, match="invalid nprocs 0; use 1..256"):
+        harness.spawn(worlds.add, args=(1,), nprocs=0)
 
 
 def test_failpoints_outside_a_world_do_nothing():

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-import worlds
-
 
 class _Log:
     def __init__(self):
@@ -23,31 +20,19 @@ class _Log:
 
 
 def test_rpc_recording_stops_at_its_cap_and_says_so():
-    from harness._rpc_record import _Recorder
+    from harness._rpc_hooks import _Spans
 
     log = _Log()
-    calls = []
-    sync = _Recorder(log, ("a", "b"), cap=2).wrap("rpc_sync", lambda to, func, args=(): calls.append(to) or 7)
-    assert [sync(1, len, args=((),)) for _ in range(4)] == [7, 7, 7, 7]
-    assert calls == [1, 1, 1, 1]  # every call still goes through
+    spans = _Spans(log, 0, "rpc", cap=2)
+    ids = [spans.begin("len", api="rpc_sync", to="b") for _ in range(4)]
+    assert ids == [1, 2, None, None], "past the cap, calls are not recorded"
+    spans.end(1, None)
+    spans.end(2, TimeoutError("peer gone"))
     kinds = [kind for kind, _ in log.records]
-    assert kinds == ["rpc_begin", "rpc_end", "rpc_begin", "rpc_end", "event"]
+    assert kinds == ["rpc_begin", "rpc_begin", "event", "rpc_end", "rpc_end"]
     assert log.records[0][1] == {"id": 1, "api": "rpc_sync", "to": "b", "func": "len"}
-    assert log.records[-1][1] == {"name": "rpc recording stopped after 2 calls"}
-
-
-def test_a_failing_call_is_recorded_and_raised_unchanged():
-    from harness._rpc_record import _Recorder
-
-    log = _Log()
-
-    def fails(to, func, args=()):
-        raise TimeoutError("peer gone")
-
-    sync = _Recorder(log, ("a",), cap=10).wrap("rpc_sync", fails)
-    with pytest.raises(TimeoutError, match="^peer gone$"):
-        sync("a", worlds.add, args=(1, 2))
-    assert log.records[-1] == ("rpc_end", {"id": 1, "error": "TimeoutError: peer gone"})
+    assert log.records[2][1] == {"name": "rpc recording stopped after 2 spans"}
+    assert log.records[-1][1] == {"id": 2, "error": "TimeoutError: peer gone"}
 
 
 def test_the_event_log_grows_past_its_first_mapping_and_reads_back_in_order(tmp_path):

@@ -16,7 +16,8 @@ from harness import strategies as hs
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 # Delays and kills early enough that every drawn fault fires in the short
-# runs below; at most one kill, aimed at a rank whose death has a contract.
+# runs below (a plan that fires nothing would test nothing: the world fails);
+# at most one kill, aimed at a rank whose death has a contract.
 FAULTS = dict(kinds=("delay", "kill"), max_kills=1, max_hit=4, delays=(0.001, 0.01))
 
 
@@ -48,8 +49,10 @@ def test_ps_meets_its_contract(case):
 
 @hs.world_settings()
 @given(case=hs.scenario_worlds("rnn", max_size=3, points=["ps.forward", "trainer.step"],
-                               kinds=("delay",), max_hit=4, delays=(0.001, 0.01)))
+                               kinds=("delay",), max_hit=4, delays=(0.001, 0.01), optional=True))
 def test_rnn_meets_its_contract_under_delays(case):
+    # Delays drawn at any point of any rank: a server never reaches
+    # trainer.step, so these faults are optional.
     config = rnn.Config(epochs=1)
     check_contract(rnn.run(config, world_size=case.world_size, seed=case.seed, faults=case.faults, deadline=60))
 

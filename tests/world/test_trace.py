@@ -13,8 +13,8 @@ from harness.trace import trace_events, write_trace
 def test_every_rpc_api_call_is_a_span_on_the_callers_track_with_failures_marked(tmp_path):
     result = harness.run_world(worlds.issue_rpcs, 2, seed=1, deadline=60)
     events = trace_events(result)
-    begins = [e for e in events if e["ph"] == "b"]
-    ends = {e["id"]: e for e in events if e["ph"] == "e"}
+    begins = [e for e in events if e["ph"] == "b" and e["cat"] == "rpc"]
+    ends = {e["id"]: e for e in events if e["ph"] == "e" and e["cat"] == "rpc"}
     assert [(e["pid"], e["name"]) for e in begins] == [
         (0, "rpc_sync -> worker1: add"),
         (0, "rpc_async -> worker1: add"),
@@ -29,9 +29,14 @@ def test_every_rpc_api_call_is_a_span_on_the_callers_track_with_failures_marked(
     failed = [ends[b["id"]] for b in begins if "boom" in b["name"]]
     assert "KeyError" in failed[0]["args"]["error"]
     assert all("args" not in ends[b["id"]] for b in begins if "boom" not in b["name"])
+    # The peer served them: the same four, as spans on its own track.
+    served = [e for e in events if e["ph"] == "b" and e["cat"] == "serve"]
+    assert [(e["pid"], e["name"]) for e in served] == [(1, "serve add")] * 3 + [(1, "serve boom")]
+    served_ends = {e["id"]: e for e in events if e["ph"] == "e" and e["cat"] == "serve"}
+    assert "KeyError" in served_ends[served[-1]["id"]]["args"]["error"]
     # The document on disk is plain JSON a trace viewer opens.
     document = json.loads(open(write_trace(result, str(tmp_path / "w.trace.json"))).read())
-    assert len([e for e in document["traceEvents"] if e["ph"] == "b"]) == 4
+    assert len([e for e in document["traceEvents"] if e["ph"] == "b"]) == 8
 
 
 def test_progress_reports_become_counters_on_the_reporting_ranks_track():

@@ -1,0 +1,313 @@
+"""The RPCs a rank issues and serves: named, recorded for its timeline, turned
+into failpoints (``rpc.call:NAME``, ``rpc.serve:NAME``) and counted for
+``msgdelay`` faults. Inside a rank only.
+
+Where torch lets Python see an RPC, measured on torch 2.13:
+
+- Issued: ``torch.distributed.rpc.api.rpc_sync``, ``rpc_async`` and
+  ``remote``. RRef proxies (``rref.rpc_sync().method(...)``) reach them
+  through references torch's C++ takes when RPC starts, so the wrappers must
+  be in place before ``init_rpc``; ``rref_proxy`` keeps its own reference to
+  ``rpc_async`` and compares against it, so that one is replaced too.
+- Served: ``torch.distributed.rpc.internal._run_function`` runs every Python
+  function a peer asks for (calls, ``remote`` constructions, proxies,
+  ``@async_execution`` functions), also captured by C++ at ``init_rpc``. An
+  exception a failpoint raises there reaches the caller as the function's
+  own would. TorchScript functions, ``to_here()``, RRef bookkeeping and the
+  distributed backward pass run in C++ and are not seen.
+
+:func:`install` wraps all of them once per process, in the forkserver
+before any module binds the API by name (``from torch.distributed.rpc
+import rpc_sync``); the wrappers do nothing until :func:`start` gives the
+rank's context. A failpoint's NAME is the called function's qualified
+name; for the tutorials' ``call_method(method, rref, ...)`` helpers also the
+method's (``Observer.run_episode``); for an RRef proxy ``Type.method``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+from . import _msgfaults
+from .context import EventLog, RankContext
+
+DEFAULT_CAP = 2000  # calls (and serves) recorded per rank; a long run's timeline stays readable
+_APIS = ("rpc_sync", "rpc_async", "remote")
+_MARK = "_rpc_harness_hook"
+
+_watch: _Watch | None = None  # this rank's, once start() ran
+
+
+def install() -> None:
+    """Wrap torch's RPC entry points in this process (idempotent)."""
+    import torch
+    import torch.distributed.rpc as rpc
+    from torch.distributed.rpc import api, internal, rref_proxy
+
+    for name in _APIS:
+        original = getattr(api, name)
+        if getattr(original, _MARK, False):
+            continue
+        wrapper = _call_wrapper(name, original)
+        setattr(api, name, wrapper)  # what C++ hands RRef proxies, and api.py's own callers use
+        setattr(rpc, name, wrapper)  # what rpc.rpc_sync(...) callers use
+    rref_proxy.rpc_async = api.rpc_async  # its `rpc_api is not rpc_async` test must see ours
+    if not getattr(internal._run_function, _MARK, False):
+        internal._run_function = _serve_wrapper(internal._run_function)
+    to_here = torch._C._distributed_rpc.PyRRef.to_here
+    if not getattr(to_here, _MARK, False):
+        torch._C._distributed_rpc.PyRRef.to_here = _fetch_wrapper(to_here)
+
+
+def start(ctx: RankContext, events: EventLog, cap: int = DEFAULT_CAP) -> None:
+    """Begin naming, recording and failing this rank's RPCs."""
+    global _watch
+    _watch = _Watch(ctx, events, cap)
+
+
+# -- naming ---------------------------------------------------------------------------
+
+
+def rpc_names(func: Any, args: Any, *, serving: bool) -> tuple[str, ...]:
+    """The failpoint names of one RPC (see the module docstring)."""
+    from torch.distributed.rpc import rref_proxy
+
+    args = args or ()
+    if func is rref_proxy._local_invoke or func is rref_proxy._local_invoke_async_execution:
+        rref, method = args[0], args[1]
+        owner_type = type(rref.local_value()) if serving else _rref_type(rref)
+        return (f"{getattr(owner_type, '__qualname__', 'RRef')}.{method}",)
+    name = function_name(func)
+    if len(args) >= 2 and isinstance(args[0], (types.FunctionType, types.MethodType)) and _is_rref(args[1]):
+        return (name, args[0].__qualname__)
+    return (name,)
+
+
+def function_name(func: Any) -> str:
+    """A function's qualified name; a TorchScript function's own name."""
+    import torch
+
+    script = func if isinstance(func, torch.jit.ScriptFunction) else getattr(func, "_wrapped_async_rpc_function", None)
+    if isinstance(script, torch.jit.ScriptFunction):
+        return str(script.name)
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+def describe(names: tuple[str, ...]) -> str:
+    """How a timeline names an RPC: ``call_method(Observer.run_episode)``."""
+    return f"{names[0]}({names[1]})" if len(names) > 1 else names[0]
+
+
+def is_internal(func: Any) -> bool:
+    """torch's own RPCs: init_rpc's and shutdown's all-gathers, RRef type queries."""
+    from torch.distributed.rpc import rref_proxy
+
+    module = getattr(func, "__module__", None) or ""
+    return module.startswith("torch.distributed.rpc") and func not in (
+        rref_proxy._local_invoke, rref_proxy._local_invoke_async_execution)
+
+
+def _is_rref(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch._C._distributed_rpc.PyRRef)
+
+
+def _rref_type(rref: Any) -> Any:
+    # When a proxy's call is issued torch has fetched the type already and
+    # the RRef caches it: no RPC here.
+    found = rref._get_type(blocking=False)
+    if isinstance(found, type):
+        return found
+    return found.wait() if found.done() else None
+
+
+# -- the wrappers ---------------------------------------------------------------------
+
+
+def _call_wrapper(api_name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
+
+    def wrapper(to: Any, func: Any, args: Any = None, kwargs: Any = None, timeout: float = UNSET_RPC_TIMEOUT) -> Any:
+        watch = _watch
+        if watch is None or is_internal(func):
+            return original(to, func, args, kwargs, timeout)
+        return watch.call(api_name, original, to, func, args, kwargs, timeout)
+
+    return _like(wrapper, original)
+
+
+def _serve_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _run_function(python_udf: Any) -> Any:
+        watch = _watch
+        if watch is None or isinstance(python_udf, AttributeError) or is_internal(python_udf.func):
+            return original(python_udf)  # an AttributeError: torch reports an unpicklable call
+        return watch.serve(original, python_udf)
+
+    return _like(_run_function, original)
+
+
+def _fetch_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def to_here(self: Any, timeout: float = -1.0) -> Any:
+        watch = _watch
+        if watch is not None and watch.delays and not self.is_owner():
+            watch.count_send(_msgfaults.fetch_type(str(self) in watch.scripted_rrefs))
+        return original(self, timeout)
+
+    return _like(to_here, original)
+
+
+def _like(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(wrapper, attr, getattr(original, attr, None))
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]  # the bench times torch's own call
+    setattr(wrapper, _MARK, True)
+    return wrapper
+
+
+class _Watch:
+    """One rank's RPCs: failpoints at each, spans on its timeline, counted
+    sends for its msgdelay faults."""
+
+    def __init__(self, ctx: RankContext, events: EventLog, cap: int) -> None:
+        self.ctx = ctx
+        self.calls = _Spans(events, ctx.rank, "rpc", cap)
+        self.serves = _Spans(events, ctx.rank, "serve", cap)
+        self.events = events
+        self.scripted_rrefs: set[str] = set()  # RRefs this rank made by remote() of TorchScript
+        self._lock = threading.Lock()
+        self._sends: dict[str, int] = {}
+
+    @property
+    def delays(self) -> dict[str, Any]:
+        """This rank's msgdelay faults by message type (known once it has a name)."""
+        if self.ctx.name is None:
+            return {}
+        return {f.point: f for f in self.ctx.faults.for_target(self.ctx.name) if f.kind == "msgdelay"}
+
+    def call(self, api: str, original: Callable[..., Any], to: Any, func: Any, args: Any, kwargs: Any,
+             timeout: float) -> Any:
+        names = rpc_names(func, args, serving=False)
+        for name in names:
+            self.ctx.failpoint(f"rpc.call:{name}")
+        if self.delays:
+            self.count_send(_msgfaults.send_type(api, func, args, kwargs))
+        span = self.calls.begin(describe(names), api=api, to=self._peer(to))
+        if span is None:
+            value = original(to, func, args, kwargs, timeout)
+        else:
+            try:
+                value = original(to, func, args, kwargs, timeout)
+            except BaseException as error:
+                self.calls.end(span, error)
+                raise
+            if api == "rpc_async":
+                value.add_done_callback(lambda future: self.calls.end(span, _error_of(future)))
+            elif api == "remote":  # the RRef is usable at once; its creation completes later
+                value._get_future().add_done_callback(lambda future: self.calls.end(span, _error_of(future)))
+            else:
+                self.calls.end(span, None)
+        if api == "remote" and self.delays and _msgfaults.send_type(api, func).startswith("SCRIPT"):
+            self.scripted_rrefs.add(str(value))
+        return value
+
+    def serve(self, original: Callable[..., Any], python_udf: Any) -> Any:
+        import torch
+        from torch.distributed.rpc import internal
+
+        func = python_udf.func
+        names = rpc_names(func, python_udf.args, serving=True)
+        spans: list[int | None] = []
+
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            # Inside torch's own try/except: an exception a failpoint raises
+            # here reaches the caller exactly as the function's own would.
+            spans.append(self.serves.begin(describe(names)))
+            for name in names:
+                self.ctx.failpoint(f"rpc.serve:{name}")
+            return func(*args, **kwargs)
+
+        result = original(internal.PythonUDF(hooked, python_udf.args, python_udf.kwargs))
+        span = spans[0] if spans else None
+        if span is not None:
+            if isinstance(result, internal.RemoteException):
+                self.serves.end(span, RuntimeError(result.msg.strip().splitlines()[-1] if result.msg else "raised"))
+            elif isinstance(result, torch.futures.Future):  # @async_execution: served once it completes
+                result.add_done_callback(lambda future: self.serves.end(span, _error_of(future)))
+            else:
+                self.serves.end(span, None)
+        return result
+
+    def count_send(self, message_type: str) -> None:
+        fault = self.delays.get(message_type)
+        if fault is None:
+            return
+        with self._lock:
+            sent = self._sends[message_type] = self._sends.get(message_type, 0) + 1
+        self.events.write("fault", fault=str(fault), fault_kind="msgdelay", point=message_type, hit=sent)
+
+    def _peer(self, to: Any) -> str:
+        names = self.ctx.names
+        if isinstance(to, str):
+            return to
+        if isinstance(to, int) and 0 <= to < len(names):
+            return names[to]
+        return str(getattr(to, "name", to))
+
+
+class _Spans:
+    """Begin/end records of one kind of span (``rpc`` or ``serve``), up to
+    ``cap`` of them; written by hand, since ``json.dumps`` of a dict per event
+    was most of a recorded call's cost."""
+
+    def __init__(self, events: EventLog, rank: int, kind: str, cap: int) -> None:
+        self.events, self.rank, self.kind, self.cap = events, rank, kind, cap
+        self.ids = itertools.count(1)
+        self.lock = threading.Lock()
+        self.capped = False
+        self.tails: dict[tuple, str] = {}
+
+    def begin(self, func: str, **fields: str) -> int | None:
+        with self.lock:
+            span = next(self.ids)
+            if span > self.cap:
+                if not self.capped:
+                    self.capped = True
+                    self.events.write("event", name=f"{self.kind} recording stopped after {self.cap} spans")
+                return None
+        key = (func, *fields.items())
+        tail = self.tails.get(key)
+        if tail is None:
+            extra = "".join(f', {json.dumps(k)}: {json.dumps(v)}' for k, v in fields.items())
+            tail = self.tails[key] = f'{extra}, "func": {json.dumps(func)}}}\n'
+        self.events.append(
+            f'{{"t": {time.time()!r}, "rank": {self.rank}, "tid": {threading.get_ident()}, '
+            f'"kind": "{self.kind}_begin", "id": {span}{tail}'.encode()
+        )
+        return span
+
+    def end(self, span: int, error: BaseException | None) -> None:
+        try:
+            if error is None:
+                self.events.append(
+                    f'{{"t": {time.time()!r}, "rank": {self.rank}, "tid": {threading.get_ident()}, '
+                    f'"kind": "{self.kind}_end", "id": {span}}}\n'.encode()
+                )
+            else:
+                self.events.write(f"{self.kind}_end", id=span, error=f"{type(error).__name__}: {str(error)[:200]}")
+        except Exception:  # noqa: BLE001 - never fail an RPC (or a torch callback) for a record
+            pass
+
+
+def _error_of(future: Any) -> BaseException | None:
+    try:
+        future.wait()
+    except BaseException as error:  # noqa: BLE001 - the failure is the record
+        return error
+    return None

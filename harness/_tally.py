@@ -1,0 +1,90 @@
+"""Which faults of a plan fired, how often, and which never did.
+
+A fault that never fires turns a test into one that tests nothing, so a
+world whose plan has one fails (unless the fault is marked optional), and
+the report names the fault and lists what its rank did reach, with hit
+counts: the names to aim at instead. Failpoint faults are counted from the
+``fault`` events their ranks wrote; ``msgdelay`` faults write one per send
+they delay; ``msgfail`` faults are counted here, from the lines torch logged
+for each failed send (see ``_msgfaults``), and become events too, so that
+the timeline shows them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from . import _msgfaults
+from .faults import TORCH_SEND_TRIES, Fault, FaultPlan
+from .result import RankOutcome
+
+SHOWN_HITS = 12  # failpoints listed for an unfired fault's rank
+
+
+def add_message_failures(plan: FaultPlan, outcomes: list[RankOutcome]) -> None:
+    """Turn each failed send torch logged in a ``msgfail`` target's output
+    into a ``fault`` event of that rank."""
+    by_name = {o.name: o for o in outcomes}
+    for fault in plan:
+        outcome = by_name.get(fault.target)
+        if fault.kind != "msgfail" or outcome is None:
+            continue
+        near = next((e["t"] for e in outcome.events if "t" in e), None)
+        for hit, (t, attempt) in enumerate(_msgfaults.failed_sends(outcome.output, near=near), start=1):
+            outcome.events.append({"t": t, "rank": outcome.rank, "kind": "fault", "fault": str(fault),
+                                   "fault_kind": "msgfail", "point": fault.point, "hit": hit, "try": attempt})
+        outcome.events.sort(key=lambda e: e.get("t", 0.0))
+
+
+def fault_counts(plan: FaultPlan, outcomes: list[RankOutcome]) -> dict[str, int]:
+    """How often each fault of the plan fired (a send failed or delayed
+    counts once), by the fault's text."""
+    fired = Counter(e["fault"] for o in outcomes for e in o.events if e.get("kind") == "fault")
+    return {str(f): fired.get(str(f), 0) for f in plan}
+
+
+def unfired(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
+    """One line for each fault that is not optional and never fired."""
+    counts = fault_counts(plan, outcomes)
+    by_name = {o.name: o for o in outcomes}
+    return [_never_fired(f, by_name.get(f.target)) for f in plan if not f.optional and counts[str(f)] == 0]
+
+
+def lost_messages(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
+    """One line for each ``msgfail`` that failed a message on every one of
+    torch's tries: the message is lost."""
+    out = []
+    for fault in plan:
+        if fault.kind != "msgfail":
+            continue
+        lost = [e for o in outcomes for e in o.events
+                if e.get("fault") == str(fault) and e.get("try") == TORCH_SEND_TRIES]
+        if lost:
+            out.append(
+                f"{fault} failed {len(lost)} message(s) on all {TORCH_SEND_TRIES} of torch's tries: they were "
+                "lost (torch reports a lost RRef message only as a shutdown that waits ~100 s, a lost fork "
+                "request by aborting its sender)"
+            )
+    return out
+
+
+def _never_fired(fault: Fault, outcome: RankOutcome | None) -> str:
+    head = f"fault {fault} never fired"
+    if outcome is None:
+        return f"{head}: no rank is called {fault.target!r}"
+    if fault.kind in ("msgfail", "msgdelay"):
+        return (f"{head}: {fault.target} sent no {fault.point} message the plan could fail or delay "
+                "(inside a dist_autograd context calls travel as FORWARD_AUTOGRAD_REQ); "
+                "mark it optional with '?' if that is expected")
+    hits = outcome.hits
+    if not hits:
+        reached = f"{fault.target} reached no failpoint"
+    else:
+        ranked = sorted(hits.items(), key=lambda item: (-item[1], item[0]))
+        shown = ", ".join(f"{point} x{count}" for point, count in ranked[:SHOWN_HITS])
+        more = f" and {len(ranked) - SHOWN_HITS} more" if len(ranked) > SHOWN_HITS else ""
+        reached = f"{fault.target} reached {shown}{more}"
+    where = ""
+    if fault.point in hits and hits[fault.point] < fault.hit:
+        where = f" (only {hits[fault.point]} hit(s) of {fault.point}, the fault waits for hit {fault.hit})"
+    return f"{head}{where}: {reached}; mark it optional with '?' if the run may end first"
