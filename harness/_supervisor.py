@@ -27,6 +27,7 @@ from . import _tally
 from . import result as R
 from .context import read_event_lines
 from .errors import FaultPlanError
+from .faults import ENDING_KINDS
 from .progress import WORLD_ENDED, WORLD_UP, Progress
 from .result import RankOutcome, WorldResult
 from .spec import WorldSpec
@@ -58,6 +59,7 @@ class Supervisor:
         self.open_conns: set[int] = set()
         self.running: set[int] = set()
         self.shut: set[int] = set()  # ranks that reported a finished shutdown
+        self.frozen: set[int] = set()  # ranks a freeze fault stopped: dead to the world
         self.shutdown_sent: bool | None = None  # None, or the graceful flag sent
         self.problems: list[str] = []
         self.timed_out = False
@@ -153,6 +155,9 @@ class Supervisor:
         elif kind == "shut":
             self.shut.add(rank)
             outcome.phase = "exiting"
+        elif kind == "frozen":
+            self.frozen.add(rank)
+            outcome.phase = "frozen"
         elif kind in ("raised", "skipped"):
             _, phase, error, text, pickled = message
             outcome.status = R.RAISED if kind == "raised" else R.SKIPPED
@@ -204,17 +209,20 @@ class Supervisor:
 
     def _plan_killed(self, rank: int) -> bool:
         events = _read_events(self.workdir, rank)
-        return any(e.get("kind") == "fault" and e.get("fault_kind") == "kill" for e in events)
+        return any(e.get("kind") == "fault" and e.get("fault_kind") in ENDING_KINDS for e in events)
 
     def _maybe_release(self) -> None:
-        """Once every live rank finished its entry, tell all how to shut down."""
+        """Once every live rank finished its entry, tell all how to shut down
+        (and end the frozen: nobody waits for them any more)."""
         if self.shutdown_sent is not None:
             return
-        alive = [o for o in self.outcomes if o.rank in self.running]
+        alive = [o for o in self.outcomes if o.rank in self.running and o.rank not in self.frozen]
         if not alive or any(o.phase != "done" for o in alive):
             return
-        graceful = not any(o.status == R.KILLED for o in self.outcomes)
+        graceful = not self.frozen and not any(o.status == R.KILLED for o in self.outcomes)
         self.shutdown_sent = graceful
+        for rank in sorted(self.frozen & self.running):
+            _signal(self.procs[rank].pid, signal.SIGKILL)  # its exit is then seen as planned
         for outcome in alive:
             outcome.phase = "shutdown"
             try:
@@ -230,7 +238,7 @@ class Supervisor:
         self._dump_stacks(alive)
         for rank in alive:
             outcome = self.outcomes[rank]
-            outcome.status = R.STOPPED if outcome.phase == "done" else R.HUNG
+            outcome.status = R.STOPPED if outcome.phase in ("done", "frozen") else R.HUNG
         self.kill_all()
 
     def _stop_survivors(self) -> None:

@@ -156,7 +156,7 @@ class RankContext:
         # did reach; the others stay at one dictionary lookup per failpoint.
         self._count_all = False
         self._lock = threading.Lock()
-        # Where progress goes besides the event log: the supervisor's pipe.
+        # Where progress (and a freeze) goes besides the event log: the supervisor's pipe.
         self.progress_sink: Callable[[tuple], None] | None = None
         self._progress_lock = threading.Lock()
         self._progress_sent = 0.0
@@ -291,6 +291,14 @@ class RankContext:
             raise InjectedFault(f"{message} (rank {self.rank}, {self.name})")
         elif fault.kind == "hang":
             hang_at_failpoint(fault.point)
+        elif fault.kind == "freeze":
+            # Stopped, not dead: its sockets stay open, so peers see no EOF,
+            # only calls that never come back (a hung host, a partition).
+            # The supervisor kills it once the others are done.
+            if self.progress_sink is not None:
+                self.progress_sink(("frozen",))
+            os.kill(os.getpid(), signal.SIGSTOP)
+            hang_at_failpoint(fault.point)  # if it is ever continued
 
 
 def hang_at_failpoint(point: str) -> None:

@@ -38,7 +38,9 @@ from decimal import Decimal
 
 from .errors import FaultPlanError
 
-FAILPOINT_KINDS = ("delay", "kill", "raise", "hang")
+FAILPOINT_KINDS = ("delay", "kill", "raise", "hang", "freeze")
+# Kinds that end a rank as the plan asks: the world expects it dead.
+ENDING_KINDS = ("kill", "freeze")
 MESSAGE_KINDS = ("msgfail", "msgdelay")
 KINDS = FAILPOINT_KINDS + MESSAGE_KINDS
 
@@ -184,8 +186,8 @@ class FaultPlan:
         return tuple(f for f in self.faults if f.target == name)
 
     def kill_targets(self) -> frozenset[str]:
-        """Worker names the plan may kill."""
-        return frozenset(f.target for f in self.faults if f.kind == "kill")
+        """Worker names the plan may kill (or freeze, which ends in a kill)."""
+        return frozenset(f.target for f in self.faults if f.kind in ENDING_KINDS)
 
     def validate(
         self,

@@ -59,10 +59,12 @@ class RankOutcome:
 
     def describe(self) -> str:
         """One line: what happened to this rank."""
+        frozen = any(e.get("fault_kind") == "freeze" for e in self.fired_faults())
         how = {
             OK: "ok",
             SKIPPED: f"skipped: {self.error}",
-            KILLED: f"killed by {self.signal} as the fault plan asked",
+            KILLED: ("frozen (SIGSTOP) as the fault plan asked, then killed by the harness" if frozen
+                     else f"killed by {self.signal} as the fault plan asked"),
             STOPPED: "stopped by the harness after the world failed",
         }.get(self.status)
         if how is None:

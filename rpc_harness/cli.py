@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE,
                      help=f"deadline of each world in seconds (default: {DEFAULT_DEADLINE:g})")
     run.add_argument("--fuzz", type=float, default=0.0, help="schedule fuzzing: largest seeded delay in seconds (default: off)")
+    run.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="run every world N times, with seeds S, S+1, ..., and count how many failed or hung "
+                          "(a soak test of the fault contracts)")
     run.add_argument("--out", default=None, help="folder for traces, timelines, curves and a JSON summary of every world")
     run.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
                      help="progress bars: redrawn in place (live), a line per quarter (lines), none (off); "
@@ -123,6 +126,8 @@ class Job:
 
 def cmd_run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
     jobs = plan_jobs(args, seed)  # every input checked before any world starts
     if args.out:
         check_writable_folder(args.out, "--out")
@@ -136,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.out:
             write_outputs(args.out, report, job)
     print()
-    print(summary_table(rows))
+    print(summary_table(rows) if args.repeat == 1 else repeat_table(rows))
     if args.out:
         write_summary(args.out, rows, seed)
         print(f"\nwrote traces, timelines, curves and summary.json to {args.out}")
@@ -165,16 +170,23 @@ def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
             for label, text in plans.items():
                 plan = FaultPlan.parse(text, where="--faults")
                 plan.validate(names, failpoints=sc.failpoints, where="--faults")
-                validate = getattr(sc, "validate", None)
-                if validate is not None:
-                    try:
-                        validate(config, size, seed)
-                    except ValueError as error:
-                        raise UsageError(f"{sc.name} at world size {size}: {error}") from None
-                repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, faults=str(plan),
-                              fuzz=args.fuzz, config=overrides)
-                jobs.append(Job(sc, repro, label))
+                for repeat in range(args.repeat):
+                    jobs.append(_job(sc, args, size, names, config, overrides, plan, label, seed + repeat))
     return jobs
+
+
+def _job(sc: Scenario, args: argparse.Namespace, size: int, names: tuple[str, ...], config: object,
+         overrides: dict, plan: FaultPlan, label: str, seed: int) -> Job:
+    """One world of the run, its config checked at this size and seed."""
+    validate = getattr(sc, "validate", None)
+    if validate is not None:
+        try:
+            validate(config, size, seed)
+        except ValueError as error:
+            raise UsageError(f"{sc.name} at world size {size}: {error}") from None
+    repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, faults=str(plan),
+                  fuzz=args.fuzz, config=overrides)
+    return Job(sc, repro, label)
 
 
 def fault_checks(sc: Scenario, world_size: int, config: object) -> dict[str, str]:
@@ -245,6 +257,26 @@ def summary_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:
             str(r.steps), f"{r.metric_name} {r.metric:.4g}", f"{r.max_grad_diff:.2g}", str(r.grads_checked),
             f"{r.duration:.1f}s", "ok" if r.ok else "FAILED",
         ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def repeat_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:
+    """A soak run's table: per scenario, size and plan, how many worlds were
+    ok, failed their checks, or hung."""
+    groups: dict[tuple, list[ScenarioReport]] = {}
+    for job, report in rows:
+        groups.setdefault((job.scenario.name, job.repro.world_size, job.label, job.repro.faults), []).append(report)
+    header = ("scenario", "world", "faults", "worlds", "ok", "failed", "hung", "median time")
+    table = [header]
+    for (scenario, size, label, faults), reports in groups.items():
+        hung = sum(1 for r in reports if r.world is not None and r.world.timed_out)
+        ok = sum(1 for r in reports if r.ok)
+        times = sorted(r.duration for r in reports)
+        table.append((scenario, str(size), label if not faults else f"{label}: {faults}", str(len(reports)),
+                      str(ok), str(len(reports) - ok - hung), str(hung), f"{times[len(times) // 2]:.1f}s"))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -83,7 +83,7 @@ from harness.seeds import seed_everything
 
 DEFAULT_DEADLINE = 300.0
 LEADER = 0  # the rank that collects every rank's report and writes the summary
-_UNSUPPORTED_FAULTS = ("kill", "hang")
+_UNSUPPORTED_FAULTS = ("kill", "hang", "freeze")
 # How ranks find the store. env:// reads MASTER_ADDR/MASTER_PORT, and torch's
 # env:// handler connects to it as a *client* when torchrun sets
 # TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent already serves a
@@ -177,7 +177,7 @@ def build_plan(text: str | None, names: Sequence[str], failpoints: Sequence[str]
     refused = [str(f) for f in plan if f.kind in _UNSUPPORTED_FAULTS]
     if refused:
         raise FaultPlanError(
-            f"--faults: {', '.join(refused)}: kill and hang faults need the harness's supervisor "
+            f"--faults: {', '.join(refused)}: kill, hang and freeze faults need the harness's supervisor "
             "(torchrun tears a job down when a worker dies and has no per-rank deadline); "
             "run them with harness.run_world or `rpc-harness run`"
         )

@@ -48,6 +48,11 @@ class Config:
     # The server waits at most this many seconds for trainers to finish or
     # die; None: WAIT_SHARE of the world's deadline.
     wait_timeout: float | None = None
+    # The liveness rule for trainers (scenarios/_rpc.py): a trainer whose
+    # pings time out ping_attempts times in a row, each after ping_timeout
+    # seconds, with no call from it in between, is dead.
+    ping_timeout: float = 5.0
+    ping_attempts: int = 3
     # Test hook: after committing the applied step with this index, the server
     # nudges every parameter by perturb_scale * lr * grad without recording it --
     # what an unrecorded concurrent update does. The check must catch it.
@@ -66,6 +71,8 @@ class Config:
             raise ValueError("lr must be > 0, and noise, rtol and atol >= 0")
         if self.wait_timeout is not None and not self.wait_timeout > 0:
             raise ValueError(f"wait_timeout must be > 0 seconds (or None), got {self.wait_timeout!r}")
+        if not self.ping_timeout > 0 or self.ping_attempts < 1:
+            raise ValueError("ping_timeout must be > 0 and ping_attempts >= 1")
         if self.perturb_step is not None and self.perturb_step < 0:
             raise ValueError(f"perturb_step must be >= 0 (or None), got {self.perturb_step!r}")
 

@@ -84,7 +84,7 @@ class ParameterServer(nn.Module):
         self._done: set[str] = set()
         self._dead: set[str] = set()
         self._barrier: list[Any] = []
-        self.liveness = FailureDetector()
+        self.liveness = FailureDetector(attempts=config.ping_attempts, timeout=config.ping_timeout)
 
     # -- the tutorial's methods --------------------------------------------
     def forward(self, inp: torch.Tensor, dropout_seed: int | None = None) -> torch.Tensor:

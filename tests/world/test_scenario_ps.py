@@ -60,6 +60,33 @@ def test_trainer_killed_holding_the_step_lease_does_not_block_the_server():
     ]
 
 
+def test_a_frozen_trainer_is_reaped_and_the_others_finish():
+    # Frozen, trainer2 keeps its connections open: the server's pings to it
+    # time out instead of failing (the schedule of the intermittent hang).
+    # Three timeouts in a row with no call from it make it dead.
+    config = ps.Config(batches=8, ping_timeout=1.0)
+    report = ps.run(config, world_size=4, seed=5, faults="freeze:trainer2@trainer.step#3")
+    ps.check(report)
+    world = report.world
+    assert world["trainer2"].status == "killed" and "frozen (SIGSTOP)" in world["trainer2"].describe()
+    assert report.details["reaped"] == ["trainer2"]
+    assert [b for t, b in report.details["order"] if t == "trainer2"] == [0, 1]
+    reaped = [e for e in world["parameter_server"].events if e.get("name") == "ps.reaped"]
+    frozen_at = world["trainer2"].fired_faults()[0]["t"]
+    assert reaped[0]["t"] - frozen_at >= 3 * config.ping_timeout, "three pings timed out first"
+
+
+def test_a_rule_that_takes_timeouts_for_life_waits_on_a_frozen_trainer_until_it_gives_up():
+    # The rule before the fix counted a timed-out ping as "alive but busy":
+    # against a frozen trainer it never concludes (its give-up, 120 s, was
+    # past the world's deadline: a bare hang). ping_attempts this high is that rule.
+    config = ps.Config(batches=8, ping_timeout=1.0, ping_attempts=10**6)
+    report = ps.run(config, world_size=4, seed=5, faults="freeze:trainer2@trainer.step#3", deadline=12)
+    assert not report.ok and not report.world.timed_out
+    server = report.world["parameter_server"]
+    assert server.status == "raised" and "trainers ['trainer2'] neither finished nor died within 9s" in server.error
+
+
 def test_killed_server_makes_trainers_fail_fast_naming_it():
     report = ps.run(CI, world_size=3, seed=3, faults="kill:parameter_server@ps.forward#4")
     ps.check(report)
