@@ -15,15 +15,15 @@ import multiprocessing
 import os
 import shutil
 import socket
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import forkserver, popen_forkserver, util
 from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
 from typing import Any
 
+from . import _netns, _workdirs
 from ._supervisor import Supervisor
-from .errors import WorldFailed, WorldTimeout
+from .errors import WorldFailed, WorldSpecError, WorldTimeout
 from .faults import FaultPlan
 from .progress import Progress
 from .result import WorldResult
@@ -100,6 +100,7 @@ def run_world(
     kwargs: Mapping[str, Any] | None = None,
     fuzz: float = 0.0,
     env: Mapping[str, str] | None = None,
+    isolate: bool | None = None,
     repro: str = "",
     check: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
@@ -112,11 +113,14 @@ def run_world(
     otherwise the :class:`WorldResult` is returned as it is.
     ``on_progress`` is called in this process with every
     :class:`~harness.progress.Progress` the ranks report, as they report it.
+    ``isolate`` puts the ranks in a network namespace of their own: None
+    (the default) where the machine allows it, True or error, False never
+    (for ranks that must reach a service on the host).
     """
     spec = make_spec(
         entry, world_size, names=names, seed=seed, deadline=deadline, bringup=bringup,
         rpc_timeout=rpc_timeout, faults=faults, failpoints=failpoints, args=args, kwargs=kwargs,
-        fuzz=fuzz, env=env, repro=repro,
+        fuzz=fuzz, env=env, repro=repro, isolate=isolate,
     )
     result = launch(spec, on_progress=on_progress)
     if check:
@@ -139,6 +143,7 @@ def spawn(
     failpoints: Sequence[str] | None = None,
     fuzz: float = 0.0,
     env: Mapping[str, str] | None = None,
+    isolate: bool | None = None,
     repro: str = "",
     check: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
@@ -153,7 +158,7 @@ def spawn(
     spec = make_spec(
         fn, nprocs, names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout,
         faults=faults, failpoints=failpoints, args=args, kwargs=kwargs, fuzz=fuzz, env=env, repro=repro,
-        spawned=True, where="spawn()",
+        spawned=True, isolate=isolate, where="spawn()",
     )
     result = launch(spec, on_progress=on_progress)
     if check:
@@ -178,11 +183,14 @@ def launch(
     """Run one world described by a validated spec; always returns a result
     (unless ``on_progress`` raises: then every rank is killed and the error
     goes on). The world's folder is removed whatever happens."""
-    workdir = tempfile.mkdtemp(prefix="rpc-world-")
+    workdir = _workdirs.make()
+    netns = None
     try:
+        netns, isolation = world_namespace(spec.isolate)
         mp = _mp_context()
         supervisor = Supervisor(spec, workdir, lambda boot, outcome: _start_rank(mp, boot, outcome),
-                                on_progress, master_port=_free_port() if spec.spawned else 0)
+                                on_progress, master_port=_free_port() if spec.spawned else 0, netns=netns,
+                                isolation=isolation)
         try:
             supervisor.run()
         finally:
@@ -191,11 +199,42 @@ def launch(
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
+    finally:
+        if netns is not None:
+            netns.close()
     if keep_workdir:
         result.workdir = workdir
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+ISOLATION_ENV = "RPC_HARNESS_ISOLATION"  # auto (the default), off, require
+
+
+def isolation_mode() -> str:
+    """The session's isolation setting, from ``RPC_HARNESS_ISOLATION``."""
+    mode = os.environ.get(ISOLATION_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "off", "require"):
+        raise WorldSpecError(f"{ISOLATION_ENV}={mode!r}: use auto, off or require")
+    return mode
+
+
+def world_namespace(isolate: bool | None) -> tuple[Any, str]:
+    """The world's network namespace (or None) and a sentence saying how it
+    is isolated, or why it is not. ``isolate`` (the world's own setting)
+    overrides the session's ``RPC_HARNESS_ISOLATION``."""
+    mode = isolation_mode() if isolate is None else ("require" if isolate else "off")
+    if mode == "off":
+        return None, "none: the world shares the host's loopback (isolation turned off)"
+    try:
+        namespace = _netns.create()
+    except (_netns.IsolationUnavailable, OSError) as error:
+        if mode == "require":
+            raise WorldSpecError(f"a network namespace for the world cannot be made here: {error}") from None
+        return None, f"none: the world shares the host's loopback ({error})"
+    how = "root" if namespace.kind == "net" else "an unprivileged user namespace"
+    return namespace, f"a network namespace of its own ({how})"
 
 
 def _start_rank(mp: Any, boot: Any, outcome: Any) -> tuple[Any, Any]:

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
@@ -59,6 +60,7 @@ class Boot:
     env: tuple[tuple[str, str], ...]
     spawned: bool = False
     master_port: int = 0
+    netns: Any = None  # the world's network namespace (_netns.Namespace), if it has one
 
 
 def rank_file(workdir: str, rank: int, what: str) -> str:
@@ -69,8 +71,10 @@ def rank_file(workdir: str, rank: int, what: str) -> str:
 def main(conn: Connection, boot: Boot) -> None:
     """Process target: run one rank and exit through ``os._exit``, never returning
     into multiprocessing's clean-up (which can wait on torch's threads)."""
-    die_with_parent()
     _capture_output(rank_file(boot.workdir, boot.rank, "log"))
+    if boot.netns is not None:
+        boot.netns.enter()  # while this process has one thread: before die_with_parent starts one
+    die_with_parent()
     stacks = open(rank_file(boot.workdir, boot.rank, "stacks"), "w")  # noqa: SIM115 (kept open for the handler)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
     events = EventLog(rank_file(boot.workdir, boot.rank, "events"), boot.rank)

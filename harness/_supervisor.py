@@ -43,13 +43,18 @@ class Supervisor:
         start_rank: Callable[[Any, Any], Any],
         on_progress: Callable[[Progress], None] | None = None,
         master_port: int = 0,
+        netns: Any = None,
+        isolation: str = "",
     ) -> None:
-        """``start_rank(boot, pipe_end)`` starts one rank's process."""
+        """``start_rank(boot, outcome)`` starts one rank's process; ``netns``
+        is the world's network namespace (``isolation`` says how, or why none)."""
         self.spec = spec
         self.workdir = workdir
         self.start_rank = start_rank
         self.on_progress = on_progress
         self.master_port = master_port
+        self.netns = netns
+        self.isolation = isolation
         self.ready: set[int] = set()
         self.pickled_values: dict[int, bytes] = {}
         self.outcomes = [RankOutcome(rank, name) for rank, name in enumerate(spec.names)]
@@ -79,7 +84,7 @@ class Supervisor:
                 rank=outcome.rank, names=self.spec.names, seed=self.spec.seed, workdir=self.workdir,
                 entry=self.spec.entry, payload=self.spec.payload, faults=self.spec.faults, fuzz=self.spec.fuzz,
                 rpc_timeout=self.spec.rpc_timeout, deadline=self.spec.deadline, sys_path=tuple(sys.path),
-                env=self.spec.env, spawned=self.spec.spawned, master_port=self.master_port,
+                env=self.spec.env, spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns,
             )
             proc, conn = self.start_rank(boot, outcome)
             self.procs.append(proc)
@@ -323,6 +328,7 @@ class Supervisor:
             problems=problems,
             budget=self.budget,
             bringup=self.spec.bringup,
+            isolation=self.isolation,
         )
 
 

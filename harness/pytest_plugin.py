@@ -84,6 +84,12 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         register_profiles()
     config.addinivalue_line("markers", MARKER_HELP)
+    from .interrupts import terminate_as_interrupt
+
+    # A SIGTERMed session unwinds like Ctrl-C: worlds kill their ranks and
+    # remove their folders. An xdist controller passes it on to its workers.
+    controller = getattr(config, "workerinput", None) is None and bool(getattr(config.option, "numprocesses", None))
+    terminate_as_interrupt(forward_to_children=controller)
     config.stash[_session_seed_key] = _session_seed(config)
     config.stash[_session_values_key] = _session_values(config)
     if config.pluginmanager.hasplugin("xdist"):
@@ -174,9 +180,31 @@ class Settings:
         return f"{base} (with {', '.join(other)})" if other else base
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     seed = config.stash[_session_seed_key]
-    return f"rpc-harness: session seed {seed} (replay with {SEED_OPTION}={seed})"
+    return [f"rpc-harness: session seed {seed} (replay with {SEED_OPTION}={seed})", isolation_line()]
+
+
+def isolation_line() -> str:
+    """Once per session: whether worlds get a network namespace of their own,
+    and if not why, and what that means."""
+    from . import _netns
+    from ._launcher import ISOLATION_ENV, isolation_mode
+
+    try:
+        mode = isolation_mode()
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    if mode == "off":
+        return (f"rpc-harness: worlds share the host's loopback ({ISOLATION_ENV}=off): "
+                "other local users can reach their ranks, and RPC runs pickled code")
+    ok, how = _netns.isolation_available()
+    if ok:
+        return f"rpc-harness: every world runs in a network namespace of its own ({how})"
+    if mode == "require":
+        raise pytest.UsageError(f"{ISOLATION_ENV}=require, but no network namespace can be made here: {how}")
+    return (f"rpc-harness: worlds share the host's loopback, no network namespace can be made here ({how}): "
+            "other local users can reach their ranks, and RPC runs pickled code")
 
 
 class RpcWorld:
@@ -235,6 +263,7 @@ class RpcWorld:
         kwargs: Mapping[str, Any] | None = None,
         fuzz: float | None = None,
         env: Mapping[str, str] | None = None,
+        isolate: bool | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:
@@ -247,7 +276,7 @@ class RpcWorld:
         __tracebackhide__ = True
         return self._world(entry, "run", world_size, dict(
             names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout, faults=faults,
-            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, check=check,
+            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, isolate=isolate, check=check,
             on_progress=on_progress)
 
     def spawn(
@@ -266,6 +295,7 @@ class RpcWorld:
         failpoints: Sequence[str] | None = None,
         fuzz: float | None = None,
         env: Mapping[str, str] | None = None,
+        isolate: bool | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:
@@ -276,12 +306,12 @@ class RpcWorld:
         __tracebackhide__ = True
         return self._world(fn, "spawn", nprocs, dict(
             names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout, faults=faults,
-            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, check=check,
+            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, isolate=isolate, check=check,
             on_progress=on_progress)
 
     def _world(self, entry: Any, how: str, size: int | None, options: dict[str, Any], *,
                failpoints: Sequence[str] | None, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
-               env: Mapping[str, str] | None, check: bool, on_progress: Any) -> WorldResult:
+               env: Mapping[str, str] | None, isolate: bool | None, check: bool, on_progress: Any) -> WorldResult:
         __tracebackhide__ = True
         from ._launcher import default_repro, launch, raise_for_failures
         from .spec import make_spec
@@ -302,6 +332,7 @@ class RpcWorld:
             fuzz=settings.get("fuzz", 0.0),
             env=env,
             spawned=how == "spawn",
+            isolate=isolate,
             where=settings.where(f"rpc_world.{how}() in {self._request.node.nodeid}"),
         )
         ways = [self.repro]

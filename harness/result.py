@@ -108,6 +108,7 @@ class WorldResult:
     problems: list[str] = field(default_factory=list)
     budget: str = "deadline"  # which budget ran out when timed_out: "deadline" or "bring-up"
     bringup: float = 0.0  # the bring-up budget, seconds
+    isolation: str = ""  # how the world was kept from other users (its own network namespace), or why not
 
     @property
     def world_size(self) -> int:

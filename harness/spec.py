@@ -126,6 +126,7 @@ class WorldSpec:
     failpoints: tuple[str, ...] | None = None
     args: tuple[Any, ...] = field(default=(), repr=False)
     kwargs: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    isolate: bool | None = None  # a network namespace of its own: None = where possible, True = required
 
     @property
     def world_size(self) -> int:
@@ -149,6 +150,7 @@ def make_spec(
     repro: str = "",
     env: Mapping[str, str] | None = None,
     spawned: bool = False,
+    isolate: bool | None = None,
     where: str = "run_world()",
 ) -> WorldSpec:
     """Validate every input and build a :class:`WorldSpec`.
@@ -204,6 +206,8 @@ def make_spec(
     for key, value in env.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise WorldSpecError(f"{where}: env must map str to str, got {key!r}: {value!r}")
+    if isolate is not None and not isinstance(isolate, bool):
+        raise WorldSpecError(f"{where}: isolate must be True, False or None, got {isolate!r}")
     threads = env.get("OMP_NUM_THREADS")
     if threads is not None and not (threads.isascii() and threads.isdigit() and int(threads) >= 1):
         raise WorldSpecError(f"{where}: env OMP_NUM_THREADS={threads!r} is not a positive whole number")
@@ -223,6 +227,7 @@ def make_spec(
         failpoints=None if failpoints is None else tuple(failpoints),
         args=tuple(args),
         kwargs=tuple(sorted(dict(kwargs or {}).items())),
+        isolate=isolate,
     )
 
 

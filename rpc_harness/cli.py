@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from harness import scenario as registry
 from harness.errors import FaultPlanError, ReplayError, ScenarioError, UsageError, WorldSpecError
 from harness.faults import FaultPlan
+from harness.interrupts import terminate_as_interrupt
 from harness.progress import ProgressBar
 from harness.repro import Repro, decode
 from harness.scenario import Scenario, ScenarioReport
@@ -39,6 +40,7 @@ DEFAULT_DEADLINE = 300.0
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    terminate_as_interrupt()  # SIGTERM unwinds like Ctrl-C: ranks killed, world folders removed
     try:
         return args.func(args)
     except INPUT_ERRORS as error:

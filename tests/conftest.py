@@ -6,6 +6,13 @@ import pathlib
 import time
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: on a loaded 2-core machine (pytest -n auto) an
+# example's time says nothing about the code, and a flaky test is a broken
+# one. Timings belong in `rpc-harness bench`.
+settings.register_profile("rpc-harness-suite", deadline=None)
+settings.load_profile("rpc-harness-suite")
 
 WORLD_TESTS = pathlib.Path(__file__).parent / "world"
 

@@ -171,3 +171,51 @@ def returns_what_only_ranks_can_load(ctx):
 
 def thread_count(ctx):
     return torch.get_num_threads()
+
+
+def _listening(table: str, inodes: set[str]) -> list[str]:
+    found = []
+    with open(table) as file:
+        next(file)
+        for line in file:
+            parts = line.split()
+            if parts[3] == "0A" and parts[9] in inodes:  # 0A: LISTEN
+                found.append(parts[1])
+    return found
+
+
+def _socket_inodes() -> set[str]:
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def endpoints_then_wait(ctx, folder):
+    """Write this rank's listening TCP ports, abstract unix sockets, network
+    namespace and pinning environment to ``folder``, then wait (30 s at most)
+    until the test has tried them and says so."""
+    import json
+
+    inodes = _socket_inodes()
+    ports = [int(local.split(":")[1], 16) for local in _listening("/proc/net/tcp", inodes)]
+    abstract = []
+    with open("/proc/net/unix") as file:
+        next(file)
+        for line in file:
+            parts = line.split()
+            if len(parts) >= 8 and parts[6] in inodes and parts[7].startswith("@"):
+                abstract.append(parts[7][1:])
+    record = {"ports": ports, "abstract": abstract, "netns": os.readlink("/proc/self/ns/net"),
+              "env": {k: os.environ.get(k) for k in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR")}}
+    with open(os.path.join(folder, f"rank{ctx.rank}.json"), "w") as file:
+        json.dump(record, file)
+    until = time.monotonic() + 30
+    while not os.path.exists(os.path.join(folder, "tried")) and time.monotonic() < until:
+        time.sleep(0.02)
+    return record

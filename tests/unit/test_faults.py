@@ -49,7 +49,7 @@ def test_message_faults_round_trip(kind, count):
     ("text", "message"),
     [
         ("kill trainer2", "cannot parse fault 'kill trainer2'; expected KIND:TARGET@POINT"),
-        ("explode:w0@x.step", "unknown fault kind 'explode' in 'explode:w0@x.step'; allowed kinds: delay, kill, raise, hang, msgfail, msgdelay"),
+        ("explode:w0@x.step", "unknown fault kind 'explode' in 'explode:w0@x.step'; allowed kinds: delay, kill, raise, hang, freeze, msgfail, msgdelay"),
         ("kill:w0@x.step#0", "hit must be >= 1"),
         ("delay:w0@x.step", "delay needs a duration"),
         ("delay:w0@x.step=fast", "bad duration 'fast'"),

@@ -68,7 +68,7 @@ def test_scenario_loading_config_overrides_and_fault_plans():
     names = tiny.names(3)
     plan = torchrun.build_plan("delay:owner@tiny.step=10ms,msgdelay:worker1@PYTHON_CALL=1ms", names, tiny.FAILPOINTS)
     assert len(plan) == 2
-    with pytest.raises(FaultPlanError, match="kill and hang faults need the harness"):
+    with pytest.raises(FaultPlanError, match="kill, hang and freeze faults need the harness"):
         torchrun.build_plan("kill:worker1@tiny.step#2", names, tiny.FAILPOINTS)
     with pytest.raises(FaultPlanError, match="unknown worker"):
         torchrun.build_plan("delay:trainer9@tiny.step=1s", names, tiny.FAILPOINTS)

@@ -75,3 +75,39 @@ def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):
     token = out.split("Replay: rpc-harness replay ")[1].split()[0]
     assert main(["replay", token]) == 1
     assert "the failure reproduced" in capsys.readouterr().out
+
+
+def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import wait_gone
+
+    from harness.context import read_event_lines
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "rpc_harness", "run", "ps", "-n", "3", "--steps", "500",
+                             "--no-fault-checks", "--progress", "off"], env=dict(os.environ, TMPDIR=str(tmp)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pids, until = [], time.monotonic() + 120
+        while len(pids) < 3 and time.monotonic() < until and proc.poll() is None:
+            time.sleep(0.1)
+            starts = [e for f in tmp.glob("rpc-world-*/rank*.events") for e in read_event_lines(str(f))
+                      if e.get("kind") == "entry_start"]
+            pids = [e["pid"] for f in tmp.glob("rpc-world-*/rank*.events") for e in read_event_lines(str(f))
+                    if e.get("kind") == "start"] if len(starts) == 3 else []
+        assert len(pids) == 3, "the world never came up"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted; every rank was stopped" in err, err
+    assert not wait_gone(pids, within=10)
+    assert [p for p in os.listdir(tmp) if not p.startswith("torchinductor_")] == []

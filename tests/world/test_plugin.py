@@ -232,35 +232,60 @@ def test_many(rpc_world, n):
     result.assert_outcomes(passed=4)
 
 
-def test_no_rank_outlives_a_sigkilled_pytest(pytester, tmp_path):
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    pytester.makepyfile(
-        f"""
+SLEEPER = """
 import os, time
 
 def sleeper(ctx):
-    with open(os.path.join({str(pid_dir)!r}, f"{{ctx.rank}}.pid"), "w") as f:
+    with open(os.path.join({pid_dir!r}, f"{{os.getpid()}}.pid"), "w") as f:
         f.write(str(os.getpid()))
     time.sleep(600)
 
 def test_sleeps(rpc_world):
     rpc_world.run(sleeper, world_size=3, deadline=300)
 """
-    )
+
+
+def start_sleeping_session(pytester, tmp_path, *args):
+    """A pytest session whose world sleeps, its temp folder under ``tmp_path``:
+    (process, the ranks' pids, that temp folder)."""
+    pid_dir, tmp = tmp_path / "pids", tmp_path / "tmp"
+    pid_dir.mkdir()
+    tmp.mkdir()
+    pytester.makepyfile(SLEEPER.format(pid_dir=str(pid_dir)))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(pytester.path)],
-        cwd=pytester.path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, str(pytester.path)],
+        cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
     )
+    until = time.monotonic() + 90
+    while len(os.listdir(pid_dir)) < 3 and time.monotonic() < until and proc.poll() is None:
+        time.sleep(0.1)
+    pids = [int((pid_dir / name).read_text()) for name in os.listdir(pid_dir)]
+    assert len(pids) == 3, "the world never came up"
+    time.sleep(0.3)  # all ranks are inside their entry now
+    return proc, pids, tmp
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["alone", "under-xdist"])
+def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_path, xdist):
+    proc, pids, tmp = start_sleeping_session(pytester, tmp_path, *(["-n", "2"] if xdist else []))
     try:
-        until = time.monotonic() + 60
-        while len(os.listdir(pid_dir)) < 3 and time.monotonic() < until:
-            time.sleep(0.1)
-        pids = [int((pid_dir / name).read_text()) for name in os.listdir(pid_dir)]
-        assert len(pids) == 3, "the world never came up"
-        time.sleep(0.3)  # all ranks are inside their entry now
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        left = wait_gone(pids, within=10)
+        assert not left, f"ranks outlived the SIGTERMed session: {left}"
+        # torchinductor_<user> is torch's own compile cache, kept across runs by design.
+        left_behind = [p for p in os.listdir(tmp) if not p.startswith("torchinductor_")]
+        assert left_behind == [], "world and multiprocessing folders are removed"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_folder(pytester, tmp_path):
+    proc, pids, tmp = start_sleeping_session(pytester, tmp_path)
+    try:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         left = wait_gone(pids, within=10)
@@ -269,6 +294,14 @@ def test_sleeps(rpc_world):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    orphans = [p for p in os.listdir(tmp) if p.startswith("rpc-world-")]
+    assert len(orphans) == 1, "nobody could remove the world folder of a SIGKILLed process"
+    pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
+    again = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(pytester.path)],
+                           cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [p for p in os.listdir(tmp) if p.startswith("rpc-world-")] == [], "its first world swept it"
 
 
 def test_a_failing_world_leaves_a_trace_and_its_picture_named_in_the_report(pytester):

@@ -36,8 +36,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
+def _env(tmp_root) -> dict[str, str]:
+    """The environment of torchrun and its ranks: torchrun's own folders
+    (torchelastic_*) go to ``tmp_root``, which pytest removes."""
+    tmp = os.path.join(str(tmp_root), "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    env = dict(os.environ, TMPDIR=tmp)
     # The tiny scenario module lives here; the harness is installed editable.
     env["PYTHONPATH"] = os.pathsep.join([TESTS, ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = "1"
@@ -125,7 +129,7 @@ class Nodes:
              "--deadline", str(DEADLINE), *(["--out", str(self.out)] if node == 0 else [])]
             for node in range(self.nodes)
         ]
-        return Group(commands, [_env()] * self.nodes, self.tmp_path)
+        return Group(commands, [_env(self.tmp_path)] * self.nodes, self.tmp_path)
 
     def result(self):
         """Rank 0's summary and saved values, once every agent exited 0."""
@@ -240,7 +244,7 @@ def test_a_failing_rank_is_reported_without_torchrun(tmp_path, assert_gone):
                "--faults", "raise:owner@tiny.step#2", "--deadline", str(DEADLINE)]
     for _ in range(3):
         port = free_port()
-        envs = [dict(_env(), RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        envs = [dict(_env(tmp_path), RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
                 for r in range(2)]
         with Group([[*command, "--out", str(out)], command], envs, tmp_path) as group:
             codes, texts = group.finish()
@@ -262,7 +266,7 @@ def test_a_rank_dies_with_its_launcher(tmp_path, assert_gone):
     parent by itself. Here the parent is a stand-in launcher, SIGKILLed while
     its rank 0 of 2 waits in the rendezvous for a rank 1 that never comes."""
     port = free_port()
-    env = dict(_env(), RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env = dict(_env(tmp_path), RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     rank_cmd = [sys.executable, "-m", "rpc_harness.torchrun", "--scenario", "torchrun_scenario:SCENARIO", "--seed", "1",
                 "--deadline", str(DEADLINE)]
     launcher = (
