@@ -11,10 +11,12 @@ cannot collide. ``_supervisor`` watches the world once it is forked.
 from __future__ import annotations
 
 import io
+import json
 import multiprocessing
 import os
 import shutil
 import socket
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import forkserver, popen_forkserver, util
 from multiprocessing import spawn as mp_spawn
@@ -29,10 +31,16 @@ from .progress import Progress
 from .result import WorldResult
 from .spec import WorldSpec, make_spec
 
-# Imported once in the forkserver instead of once per rank: torch._dynamo (the
-# first optimizer a rank builds imports it, ~1 s) and torch.distributed.optim
-# (DistributedOptimizer; it pulls in fsdp/dtensor, ~1.5 s).
-_PRELOAD = ["harness._rank", "torch._dynamo", "torch.distributed.optim"]
+# Imported once in the forkserver instead of once per rank: the rank's own
+# code first (it wraps torch's RPC API before anything binds it), numpy (a
+# rank seeds it), torch._dynamo (the first optimizer a rank builds imports
+# it, ~1 s) and torch.distributed.optim (DistributedOptimizer; it pulls in
+# fsdp/dtensor, ~1.5 s).
+_PRELOAD = ["harness._rank", "numpy", "torch._dynamo", "torch.distributed.optim"]
+# How the parent hands the forkserver its sys.path and module list (see
+# harness._preload, which must not be imported here: importing it in the
+# forkserver has to finish this package first).
+PRELOAD_ENV = "_RPC_HARNESS_FORKSERVER"
 
 
 def preload(*modules: str) -> None:
@@ -48,8 +56,11 @@ def preload(*modules: str) -> None:
 
 def _mp_context() -> Any:
     ctx = multiprocessing.get_context("forkserver")
-    extra = [m for m in os.environ.get("RPC_HARNESS_PRELOAD", "").split(",") if m]
-    ctx.set_forkserver_preload(_PRELOAD + extra)
+    extra = [m.strip() for m in os.environ.get("RPC_HARNESS_PRELOAD", "").split(",") if m.strip()]
+    # Read by harness._preload in the forkserver, which inherits this
+    # environment when the first world of the process starts it.
+    os.environ[PRELOAD_ENV] = json.dumps({"sys_path": list(sys.path), "modules": _PRELOAD + extra})
+    ctx.set_forkserver_preload(["harness._preload"])
     return ctx
 
 
@@ -238,7 +249,7 @@ def world_namespace(isolate: bool | None) -> tuple[Any, str]:
 
 
 def _start_rank(mp: Any, boot: Any, outcome: Any) -> tuple[Any, Any]:
-    from ._rank import main
+    from ._boot import main
 
     ours, theirs = mp.Pipe(duplex=True)
     proc = _RankProcess(target=main, args=(theirs, boot), name=f"rpc-rank{boot.rank}", daemon=True)

@@ -21,51 +21,23 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
 
 import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
 from . import _callpoints, _lifecycle, _msgfaults, _rpc_hooks
+from ._boot import Boot, rank_file
 from .context import EventLog, RankContext, activate
 from .faults import FaultPlan
 from .rank_setup import die_with_parent, intra_op_threads, pin_loopback
 from .seeds import seed_everything
-from .spec import EntryRef
 
 # In the forkserver, before it imports anything else: modules imported from
 # here on (preloaded test modules, the program's) bind the wrapped RPC API.
 _rpc_hooks.install()
 _lifecycle.install()
-
-
-@dataclass(frozen=True)
-class Boot:
-    """What a rank needs to know, sent from the supervisor."""
-
-    rank: int
-    names: tuple[str, ...]  # a spawn world's are placeholders until its ranks name themselves
-    seed: int
-    workdir: str
-    entry: EntryRef
-    payload: bytes
-    faults: FaultPlan
-    fuzz: float
-    rpc_timeout: float
-    deadline: float
-    sys_path: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    spawned: bool = False
-    master_port: int = 0
-    netns: Any = None  # the world's network namespace (_netns.Namespace), if it has one
-
-
-def rank_file(workdir: str, rank: int, what: str) -> str:
-    """Where rank files live: log, events, stacks."""
-    return os.path.join(workdir, f"rank{rank}.{what}")
 
 
 def main(conn: Connection, boot: Boot) -> None:

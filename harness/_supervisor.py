@@ -76,7 +76,7 @@ class Supervisor:
 
     # -- bring up -----------------------------------------------------------
     def run(self) -> None:
-        from ._rank import Boot
+        from ._boot import Boot
 
         self.started = time.monotonic()
         for outcome in self.outcomes:

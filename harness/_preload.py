@@ -1,0 +1,30 @@
+"""The one module a world's forkserver is told to preload: it imports what
+the parent asked for, so that no rank pays for it (``import torch`` alone is
+~2 s; a test module and pytest ~0.2 s a rank).
+
+Two things stand between a forkserver and those imports, both measured on
+Python 3.11: its ``main`` ignores the ``sys_path`` it is handed, so a module
+importable only from the parent's path (a test module, found through
+pytest's rootdir) would silently not be preloaded; and it catches only
+ImportError, so a module that raises anything else at import (a
+module-level ``pytest.skip``) would end the forkserver and every world after
+it. So the parent puts its ``sys.path`` and module list in an environment
+variable, and this module imports each one on its own: one that fails here
+is imported again by the rank that needs it, and fails there, reported.
+"""
+
+import importlib
+import json
+import os
+import sys
+
+from ._launcher import PRELOAD_ENV
+
+_spec = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
+if _spec.get("sys_path"):
+    sys.path[:] = _spec["sys_path"]
+for _name in _spec.get("modules", []):
+    try:
+        importlib.import_module(_name)
+    except BaseException:  # noqa: BLE001, S110 - see the docstring
+        pass
