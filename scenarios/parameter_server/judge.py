@@ -161,7 +161,8 @@ def outcome(actual: Records, expected: BaselineRun, config: Config) -> Outcome:
     accuracy = actual.log["accuracy"]
     steps = actual.log["steps"]
     notes = []
-    if accuracy <= config.min_accuracy:
+    judged = len(steps) >= config.min_accuracy_steps
+    if judged and accuracy <= config.min_accuracy:
         notes.append(f"held-out accuracy {accuracy:.3f} is not above {config.min_accuracy:g} "
                      f"(chance 0.1) after {len(steps)} steps")
     measured = {name: value["accuracy"] for name, value in actual.trainers.items()}
@@ -170,7 +171,10 @@ def outcome(actual: Records, expected: BaselineRun, config: Config) -> Outcome:
         notes.append(f"trainers measured other accuracies than the server's {accuracy:.4f}: {disagree}")
     return Outcome(
         ok=not notes,
-        note="; ".join(notes) or f"accuracy {accuracy:.3f} > {config.min_accuracy:g} after {len(steps)} steps",
+        note="; ".join(notes) or (
+            f"accuracy {accuracy:.3f} > {config.min_accuracy:g} after {len(steps)} steps" if judged else
+            f"accuracy {accuracy:.3f} after {len(steps)} steps, not judged: the bar of {config.min_accuracy:g} "
+            f"holds from {config.min_accuracy_steps} steps"),
         metric=accuracy,
         steps=len(steps),
         history=[s["loss"] for s in steps],

@@ -130,3 +130,20 @@ def test_server_kill_contract_needs_fast_attribution(raise_after, error, ok, not
     verdict = ps.judge.server_killed_contract(_server_killed_world(raise_after, error))
     assert verdict.ok is ok
     assert note in verdict.note
+
+
+def _records(accuracy: float, steps: int):
+    from scenarios.parameter_server.judge import Records
+
+    log = {"accuracy": accuracy, "steps": [{"trainer": "trainer1", "batch": i, "loss": 1.0} for i in range(steps)]}
+    return Records(log, {"trainer1": {"accuracy": accuracy}})
+
+
+@pytest.mark.parametrize(("accuracy", "steps", "ok"), [(0.49, 24, False), (0.51, 24, True), (0.49, 23, True)])
+def test_the_accuracy_bar_judges_runs_of_the_steps_it_was_measured_at(accuracy, steps, ok):
+    from scenarios.parameter_server.judge import outcome
+
+    expected = types.SimpleNamespace(steps=[types.SimpleNamespace(loss=1.0)] * steps, accuracy=accuracy)
+    result = outcome(_records(accuracy, steps), expected, ps.Config(min_accuracy=0.5, min_accuracy_steps=24))
+    assert result.ok is ok
+    assert ("not judged" in result.note) is (steps < 24)
