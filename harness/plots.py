@@ -215,3 +215,103 @@ def _finite_runs(values: Sequence[float]) -> list[list[tuple[int, float]]]:
     if current:
         runs.append(current)
     return runs
+
+
+# -- growth charts ----------------------------------------------------------------------------
+
+
+def write_growth(path: str, title: str, x_label: str, y_label: str,
+                 series: Mapping[str, Sequence[tuple[float, float]]], notes: Sequence[str] = ()) -> str:
+    """Write an SVG chart of how ``series`` (name -> (x, y) points, both
+    positive) grow, on logarithmic axes (a world of 256 ranks next to one of
+    2); return the path. ``notes`` are lines printed under the plot."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(render_growth(title, x_label, y_label, series, notes))
+    return path
+
+
+def render_growth(title: str, x_label: str, y_label: str,
+                  series: Mapping[str, Sequence[tuple[float, float]]], notes: Sequence[str] = ()) -> str:
+    """The SVG document :func:`write_growth` writes."""
+    clean = [(_svg.xml_text(str(name)), sorted((float(x), float(y)) for x, y in points
+                                               if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)))
+             for name, points in series.items()]
+    xs = [x for _, points in clean for x, _ in points] or [1.0, 10.0]
+    ys = [y for _, points in clean for _, y in points] or [1.0, 10.0]
+    x_ticks = _log_ticks(min(xs), max(xs), base=2 if max(xs) / min(xs) <= 4096 else 10)
+    y_ticks = _log_ticks(min(ys), max(ys), base=10, subdivide=True)
+    height = HEIGHT + 16 * len(notes)
+    left, right, top, bottom = MARGIN_LEFT, WIDTH - MARGIN_RIGHT, MARGIN_TOP, HEIGHT - MARGIN_BOTTOM
+
+    def px(x: float) -> float:
+        return left + (math.log(x) - math.log(x_ticks[0])) / (math.log(x_ticks[-1]) - math.log(x_ticks[0])) * (right - left)
+
+    def py(y: float) -> float:
+        return bottom - (math.log(y) - math.log(y_ticks[0])) / (math.log(y_ticks[-1]) - math.log(y_ticks[0])) * (bottom - top)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" {FONT} font-size="12">',
+        f"<title>{escape(_svg.xml_text(title))}</title>",
+        f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="white"/>',
+        f'<text x="{WIDTH / 2:g}" y="22" text-anchor="middle" font-size="15" font-weight="bold">'
+        f"{escape(_svg.xml_text(title))}</text>",
+        '<g class="y-axis">',
+    ]
+    for value in y_ticks:
+        y = py(value)
+        out.append(f'<line x1="{left}" y1="{y:.2f}" x2="{right}" y2="{y:.2f}" stroke="#e5e5e5"/>')
+        out.append(f'<text x="{left - 8}" y="{y + 4:.2f}" text-anchor="end">{value:g}</text>')
+    mid_y = (top + bottom) / 2
+    out.append(f'<text x="16" y="{mid_y:.2f}" text-anchor="middle" transform="rotate(-90 16 {mid_y:.2f})">'
+               f"{escape(_svg.xml_text(y_label))}</text></g>")
+    out.append('<g class="x-axis">')
+    for value in x_ticks:
+        x = px(value)
+        out.append(f'<line x1="{x:.2f}" y1="{top}" x2="{x:.2f}" y2="{bottom}" stroke="#f0f0f0"/>')
+        out.append(f'<text x="{x:.2f}" y="{bottom + 18}" text-anchor="middle">{value:g}</text>')
+    out.append(f'<text x="{(left + right) / 2:.2f}" y="{HEIGHT - 8}" text-anchor="middle">'
+               f"{escape(_svg.xml_text(x_label))}</text></g>")
+    out.append(f'<path d="M{left},{top} V{bottom} H{right}" fill="none" stroke="black" class="axes"/>')
+    for index, (name, points) in enumerate(clean):
+        colour, dash = STYLES[index % len(STYLES)]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<g class="series" data-name={quoteattr(name)}>')
+        if len(points) > 1:
+            path = " ".join(f"{px(x):.2f},{py(y):.2f}" for x, y in points)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>')
+        for x, y in points:
+            out.append(f'<circle cx="{px(x):.2f}" cy="{py(y):.2f}" r="3" fill="{colour}">'
+                       f"<title>{escape(name)}: {x:g} -> {y:.3g}</title></circle>")
+            out.append(f'<text x="{px(x) + 6:.2f}" y="{py(y) - 6:.2f}" font-size="10" fill="{colour}">{y:.3g}</text>')
+        out.append("</g>")
+    legend = _legend_layout([(name, [1.0]) for name, _ in clean], left, right)
+    out.append('<g class="legend">')
+    for index, (x, y, text) in enumerate(legend):
+        colour, dash = STYLES[index % len(STYLES)]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<line x1="{x}" y1="{y - 4}" x2="{x + 24}" y2="{y - 4}" stroke="{colour}" stroke-width="2"{dash_attr}/>')
+        out.append(f'<text x="{x + 30}" y="{y}">{escape(text)}</text>')
+    out.append("</g>")
+    for number, note in enumerate(notes):
+        out.append(f'<text x="{left}" y="{HEIGHT + 10 + 16 * number}" fill="#444">{escape(_svg.xml_text(note))}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _log_ticks(lo: float, hi: float, *, base: int, subdivide: bool = False) -> list[float]:
+    """Powers of ``base`` from one at or below ``lo`` to one at or above
+    ``hi`` (with 2x and 5x between decades when ``subdivide``)."""
+    first = math.floor(math.log(lo, base) + 1e-9)
+    last = math.ceil(math.log(hi, base) - 1e-9)
+    if last <= first:
+        last = first + 1
+    ticks = []
+    for power in range(first, last + 1):
+        ticks.append(float(base) ** power)
+        if subdivide and base == 10 and power < last:
+            ticks += [2.0 * 10.0 ** power, 5.0 * 10.0 ** power]
+    ticks = sorted(t for t in ticks if t <= float(base) ** last)
+    return ticks

@@ -1,7 +1,12 @@
 """``rpc-harness bench``: every benchmark figure in one run.
 
-- world bring-up + teardown, harness vs the tutorials' way
-  (``torch.multiprocessing.spawn`` + ``init_rpc``), medians and ratio;
+- world bring-up + teardown from 2 to 256 ranks, against the tutorials' way
+  (``torch.multiprocessing.spawn`` + ``init_rpc``) up to 16, medians and
+  ratio, drawn as a growth curve;
+- the same 4-rank world through the ``rpc_world`` fixture, from a pytest
+  test module that imports pytest and torch (what a user's test pays);
+- memory per rank as PSS and USS (RSS counts the pages every rank shares
+  with the forkserver, and 128 ranks would "use" more than the machine has);
 - failure-report latency: a rank's death to the world's failure report;
 - unarmed failpoint cost, and its share of a scenario's run time;
 - what recording an RPC for the timeline adds to the call;
@@ -16,7 +21,10 @@ import json
 import os
 import signal
 import statistics
+import subprocess
+import sys
 import tempfile
+import textwrap
 import time
 from typing import Any
 
@@ -105,29 +113,99 @@ def spawn_world(world_size: int) -> float:
         return time.perf_counter() - started
 
 
+SIZES = (2, 4, 16, 64, 256)
+QUICK_SIZES = (2, 4)
+SPAWN_UP_TO = 16  # the tutorials' way pays ~2 s of `import torch` a rank: 16 ranks take ~20 s
+
+
 def harness_world(world_size: int) -> float:
     started = time.perf_counter()
-    run_world(noop, world_size=world_size, deadline=120)
+    run_world(noop, world_size=world_size, deadline=300, bringup=600)
     return time.perf_counter() - started
 
 
-def bring_up(sizes: list[int], repeat: int, spawn_repeat: dict[int, int]) -> list[dict[str, Any]]:
+def memory(ctx: RankContext) -> dict[str, int]:
+    """What this rank adds to the machine, in kB: PSS (its share of every
+    page it maps) and USS (its private pages), read once RPC is up."""
+    fields: dict[str, int] = {}
+    with open("/proc/self/smaps_rollup") as file:
+        for line in file:
+            key, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[key] = int(rest.split()[0])
+    return {"pss_kb": fields.get("Pss", 0),
+            "uss_kb": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)}
+
+
+def memory_per_rank(world_size: int) -> dict[str, float]:
+    values = run_world(memory, world_size=world_size, deadline=300, bringup=600).values
+    return {
+        "pss_mb": statistics.median(v["pss_kb"] for v in values) / 1024,
+        "uss_mb": statistics.median(v["uss_kb"] for v in values) / 1024,
+        "world_pss_gb": sum(v["pss_kb"] for v in values) / 1024**2,
+    }
+
+
+def bring_up(sizes: list[int], repeats: dict[int, int], spawn_repeat: dict[int, int]) -> list[dict[str, Any]]:
     harness_world(2)  # warm the forkserver: steady state is what tests see
     rows = []
     for size in sizes:
-        ours = [harness_world(size) for _ in range(repeat)]
-        theirs = [spawn_world(size) for _ in range(spawn_repeat.get(size, 1))]
-        rows.append({
-            "world_size": size,
-            "harness_median_s": statistics.median(ours),
-            "spawn_median_s": statistics.median(theirs),
-            "speedup": statistics.median(theirs) / statistics.median(ours),
-            "harness_runs": len(ours),
-            "spawn_runs": len(theirs),
-        })
-        print(f"  bring-up {size:>2} ranks: harness {rows[-1]['harness_median_s']:.3f}s, "
-              f"spawn {rows[-1]['spawn_median_s']:.3f}s, {rows[-1]['speedup']:.1f}x", flush=True)
+        ours = [harness_world(size) for _ in range(repeats.get(size, 1))]
+        theirs = [spawn_world(size) for _ in range(spawn_repeat.get(size, 0))]
+        row: dict[str, Any] = {"world_size": size, "harness_median_s": statistics.median(ours),
+                               "harness_runs": len(ours), **memory_per_rank(size)}
+        if theirs:
+            row.update(spawn_median_s=statistics.median(theirs), spawn_runs=len(theirs),
+                       speedup=statistics.median(theirs) / statistics.median(ours))
+        rows.append(row)
+        versus = f", spawn {row['spawn_median_s']:.3f}s, {row['speedup']:.1f}x" if theirs else ""
+        print(f"  bring-up {size:>3} ranks: harness {row['harness_median_s']:.3f}s{versus}; per rank PSS "
+              f"{row['pss_mb']:.0f} MB, USS {row['uss_mb']:.0f} MB; world PSS {row['world_pss_gb']:.2f} GB", flush=True)
     return rows
+
+
+FIXTURE_TEST = textwrap.dedent("""
+    import json, os, time
+    import pytest
+    import torch
+    import torch.distributed.rpc as rpc
+
+    def add(a, b):
+        return a + b
+
+    def ring(ctx):
+        peer = ctx.names[(ctx.rank + 1) % ctx.world_size]
+        return rpc.rpc_sync(peer, add, args=(torch.ones(2) * ctx.rank, 1)).tolist()
+
+    def test_worlds(rpc_world):
+        rpc_world.run(ring, world_size=4)  # the first world starts the forkserver
+        times = []
+        for _ in range(int(os.environ["BENCH_REPEAT"])):
+            started = time.perf_counter()
+            rpc_world.run(ring, world_size=4)
+            times.append(time.perf_counter() - started)
+        with open(os.environ["BENCH_OUT"], "w") as file:
+            json.dump(times, file)
+""")
+
+
+def fixture_path(repeat: int) -> dict[str, Any]:
+    """A 4-rank world through ``rpc_world`` from a test module that imports
+    pytest and torch, in a pytest session of its own: median seconds."""
+    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
+        with open(os.path.join(folder, "test_fixture_path.py"), "w") as file:
+            file.write(FIXTURE_TEST)
+        out = os.path.join(folder, "times.json")
+        env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fixture_path.py"],
+                              cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"the fixture-path session failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        with open(out) as file:
+            times = json.load(file)
+    row = {"median_s": statistics.median(times), "runs": len(times)}
+    print(f"  4-rank world through rpc_world from a test module: {row['median_s']:.3f}s", flush=True)
+    return row
 
 
 def failure_latency(repeat: int) -> dict[str, Any]:
@@ -184,7 +262,7 @@ def scenario_rates(scenarios: list[Scenario], per_call: float) -> list[dict[str,
     return rows
 
 
-SECTIONS = ("bring-up", "failure", "failpoint", "recording", "scenarios")
+SECTIONS = ("bring-up", "fixture", "failure", "failpoint", "recording", "scenarios")
 
 
 def run_bench(
@@ -194,15 +272,24 @@ def run_bench(
     repeat: int | None,
     scenarios: list[Scenario],
     only: tuple[str, ...] = SECTIONS,
+    svg_path: str | None = None,
 ) -> int:
-    """Measure the ``only`` sections, print the table, write the JSON."""
-    sizes = [2, 4] if quick else [2, 4, 16]
+    """Measure the ``only`` sections, print the table, write the JSON (and
+    the growth curve's SVG)."""
+    sizes = list(QUICK_SIZES if quick else SIZES)
     repeat = repeat or (3 if quick else 10)
-    spawn_repeat = {2: 1, 4: 1} if quick else {2: 3, 4: 3, 16: 1}
+    # Big worlds take long enough that a few runs say as much as many.
+    repeats = {size: repeat if size <= 16 else max(1, min(repeat, 3 if size <= 64 else 2)) for size in sizes}
+    spawn_repeat = {size: (1 if quick else (3 if size <= 4 else 1)) for size in sizes if size <= SPAWN_UP_TO}
     print(f"rpc-harness bench ({os.cpu_count()} cores{', quick' if quick else ''}): {', '.join(only)}", flush=True)
     figures: dict[str, Any] = {"cores": os.cpu_count(), "quick": quick}
     if "bring-up" in only:
-        figures["bring_up"] = bring_up(sizes, repeat, spawn_repeat)
+        figures["bring_up"] = bring_up(sizes, repeats, spawn_repeat)
+        if svg_path:
+            write_growth_picture(figures["bring_up"], svg_path)
+            print(f"  wrote {svg_path}", flush=True)
+    if "fixture" in only:
+        figures["fixture_path"] = fixture_path(5 if quick else 15)
     if "failure" in only:
         figures["failure_latency"] = failure_latency(3 if quick else 5)
     per_call = failpoint_cost()
@@ -223,12 +310,38 @@ def run_bench(
     return 0
 
 
+def write_growth_picture(rows: list[dict[str, Any]], path: str) -> str:
+    """The bring-up rows as a growth curve: harness against the spawn way."""
+    from harness.plots import write_growth
+
+    series = {
+        "rpc-harness (run_world)": [(r["world_size"], r["harness_median_s"]) for r in rows],
+        "torch.multiprocessing.spawn + init_rpc": [(r["world_size"], r["spawn_median_s"]) for r in rows
+                                                   if "spawn_median_s" in r],
+    }
+    biggest = rows[-1]
+    notes = [f"{os.cpu_count()} cores, torch CPU; medians. Memory at {biggest['world_size']} ranks: "
+             f"{biggest['pss_mb']:.0f} MB PSS a rank, {biggest['world_pss_gb']:.1f} GB for the world."]
+    return write_growth(path, "World up and down, by size", "ranks", "seconds (median)", series, notes)
+
+
 def table(figures: dict[str, Any]) -> str:
     """The figures as the README quotes them."""
     lines = ["| measurement | harness | spawn way | ratio |", "|---|---|---|---|"]
     for row in figures.get("bring_up", []):
+        spawn = f"{row['spawn_median_s']:.2f} s | {row['speedup']:.0f}x" if "spawn_median_s" in row else " | "
         lines.append(f"| {row['world_size']}-rank world up + down (median) | {row['harness_median_s']:.3f} s "
-                     f"| {row['spawn_median_s']:.2f} s | {row['speedup']:.0f}x |")
+                     f"| {spawn} |")
+    fixture = figures.get("fixture_path")
+    spawn4 = next((r for r in figures.get("bring_up", []) if r["world_size"] == 4 and "spawn_median_s" in r), None)
+    if fixture:
+        versus = (f"{spawn4['spawn_median_s']:.2f} s | {spawn4['spawn_median_s'] / fixture['median_s']:.0f}x"
+                  if spawn4 else " | ")
+        lines.append(f"| 4-rank world through rpc_world, from a test module importing pytest and torch (median) "
+                     f"| {fixture['median_s']:.3f} s | {versus} |")
+    for row in figures.get("bring_up", []):
+        lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "
+                     f"{row['pss_mb']:.0f} / {row['uss_mb']:.0f} MB, {row['world_pss_gb']:.2f} GB | | |")
     lat = figures.get("failure_latency")
     if lat:
         lines.append(f"| rank death -> failure report (median / max) | {lat['median_s'] * 1000:.0f} / "

@@ -102,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="measure this scenario (repeatable; default: every registered one)")
     bench.add_argument("--only", action="append", default=None, choices=SECTIONS,
                        help="measure only this section (repeatable; default: all)")
+    bench.add_argument("--svg", default="rpc-harness-out/bringup.svg",
+                       help="where to draw the bring-up growth curve (default: rpc-harness-out/bringup.svg)")
     bench.set_defaults(func=cmd_bench)
 
     listing = sub.add_parser("list", help="the registered scenarios: sizes, budget, failpoints, config")
@@ -422,10 +424,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.repeat is not None and args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
     scenarios = scenarios_named(args.scenario or ["all"])
-    if args.json:
-        check_writable_file(args.json, "--json")
+    for path, option in ((args.json, "--json"), (args.svg, "--svg")):
+        if path:
+            check_writable_file(path, option)
     return run_bench(quick=args.quick, json_path=args.json, repeat=args.repeat, scenarios=scenarios,
-                     only=tuple(args.only or SECTIONS))
+                     only=tuple(args.only or SECTIONS), svg_path=args.svg)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

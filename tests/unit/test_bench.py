@@ -7,7 +7,11 @@ from rpc_harness import bench
 
 def test_the_table_quotes_every_figure():
     figures = {
-        "bring_up": [{"world_size": 2, "harness_median_s": 0.17, "spawn_median_s": 2.0, "speedup": 11.8}],
+        "bring_up": [{"world_size": 4, "harness_median_s": 0.17, "spawn_median_s": 2.0, "speedup": 11.8,
+                      "pss_mb": 40.2, "uss_mb": 12.6, "world_pss_gb": 0.16},
+                     {"world_size": 256, "harness_median_s": 48.0, "pss_mb": 16.0, "uss_mb": 15.1,
+                      "world_pss_gb": 4.0}],
+        "fixture_path": {"median_s": 0.2},
         "failure_latency": {"median_s": 0.04, "max_s": 0.05},
         "unarmed_failpoint_ns": 110.0,
         "rpc_recording": {"plain_us": 340.0, "recorded_us": 365.0, "added_us": 25.0},
@@ -15,7 +19,10 @@ def test_the_table_quotes_every_figure():
                        "failpoint_overhead_pct": 0.0008, "peak_rss_mb_per_rank": 435.0}],
     }
     text = bench.table(figures)
-    assert "| 2-rank world up + down (median) | 0.170 s | 2.00 s | 12x |" in text
+    assert "| 4-rank world up + down (median) | 0.170 s | 2.00 s | 12x |" in text
+    assert "| 256-rank world up + down (median) | 48.000 s |  |  |" in text, "no spawn way past 16 ranks"
+    assert "from a test module importing pytest and torch (median) | 0.200 s | 2.00 s | 10x |" in text
+    assert "| memory at 256 ranks: per rank PSS / USS (median), world PSS | 16 / 15 MB, 4.00 GB |" in text
     assert "| rank death -> failure report (median / max) | 40 / 50 ms |" in text
     assert "| unarmed failpoint | 110 ns/call |" in text
     assert "| 340 / 25 us |" in text
