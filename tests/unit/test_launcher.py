@@ -85,3 +85,9 @@ def test_a_spawned_programs_signature_is_checked_against_its_arguments(monkeypat
 def test_failpoints_outside_a_world_do_nothing():
     assert harness.current_context() is None
     harness.failpoint("anything")  # must not raise
+
+
+def test_message_faults_are_refused_past_33_ranks_before_any_process_starts(monkeypatch):
+    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    with pytest.raises(WorldSpecError, match="message faults and schedule fuzzing work in worlds of at most 33 ranks"):
+        harness.run_world(worlds.ring, world_size=34, fuzz=0.001)
