@@ -52,7 +52,8 @@ def _bars(out, label):
 
 
 def test_run_draws_a_progress_bar_per_scenario_from_what_the_ranks_report(capsys):
-    code = main(["run", "rl", "ps", "-n", "3", "--steps", "8", "--seed", "3", "--progress", "lines"])
+    code = main(["run", "rl", "ps", "-n", "3", "--steps", "8", "--seed", "3", "--progress", "lines",
+                 "--no-fault-checks"])
     out = capsys.readouterr().out
     assert code == 0, out
     for label, total, unit, metric in (("rl w3", 8, "episodes", "running reward"), ("ps w3", 16, "batches", "loss")):
@@ -65,6 +66,17 @@ def test_run_draws_a_progress_bar_per_scenario_from_what_the_ranks_report(capsys
         assert all(t == total and u == unit for _, t, u, _ in bars), bars
         assert bars[-1][0] == total, "the last report is never held back"
         assert metric in bars[-1][3] and "  ok  " in bars[-1][3]
+
+
+def test_run_also_runs_each_scenarios_fault_checks_and_labels_their_rows(capsys):
+    code = main(["run", "ps", "-n", "3", "--steps", "2", "--seed", "5", "--progress", "off"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = {line.split()[2].rstrip(":"): line.split()[-1] for line in out.splitlines()
+            if re.match(r"^ps +3 +", line)}
+    assert rows == {"clean": "ok", "slow": "ok", "kill": "ok", "server-kill": "ok"}, out
+    assert re.search(r"contract: server killed; .*trainer\d failed fast naming 'parameter_server'", out), out
+    assert "trainer2 killed as planned" in out
 
 
 def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):

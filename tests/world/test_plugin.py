@@ -10,7 +10,14 @@ import sys
 import time
 
 import pytest
+
+# Imported here, before any in-process session: pytester drops the modules a
+# session imported when it ends, and torch imported a second time in one
+# process crashes it (measured: a segfault in the next session).
+import torch  # noqa: F401
 from conftest import wait_gone
+
+import harness  # noqa: F401 - likewise: one forkserver per worker, not one per session
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -48,8 +55,15 @@ def prints_then_raises(ctx):
 """
 
 
-def run(pytester, *args, timeout=120):
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+def run(pytester, *args, fresh=False, timeout=120):
+    """The inner session, in this process unless ``fresh``: its worlds then
+    fork from this worker's running forkserver instead of starting their own
+    (~7 s of imports a session on 2 cores). In-process runs are bounded by
+    their worlds' deadlines; a fresh process is needed where the test is
+    about the process itself (its imports, xdist, signals)."""
+    if fresh:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
 
 
 def test_fixture_works_without_conftest_and_checks_every_rank(pytester):
@@ -85,9 +99,7 @@ def test_after(rpc_world):
     assert rpc_world.run(ok, world_size=2).values == [0, 1]
 """
     )
-    started = time.monotonic()
     result = run(pytester)
-    assert time.monotonic() - started < 60
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "rpc world hung: deadline of 2s passed" in out
@@ -211,7 +223,7 @@ def pytest_unconfigure(config):
         f.write(str("torch" in sys.modules))
 """
     )
-    result = run(pytester, "--help")
+    result = run(pytester, "--help", fresh=True)
     assert result.ret == 0
     assert "--rpc-seed" in result.stdout.str() and "--rpc-deadline" in result.stdout.str()
     assert (pytester.path / "imported.txt").read_text() == "False"
@@ -228,7 +240,7 @@ def test_many(rpc_world, n):
     assert rpc_world.run(ok, world_size=n).values == list(range(n))
 """
     )
-    result = run(pytester, "-n", "2")
+    result = run(pytester, "-n", "2", fresh=True)
     result.assert_outcomes(passed=4)
 
 

@@ -32,40 +32,62 @@ def run(env, cwd, *args, timeout=300):
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+# One fresh process (where the package is installed) runs every command in
+# turn, as `rpc-harness` would, and hands back what each printed: one
+# process instead of six, each importing torch and starting a forkserver.
+DRIVER = """
+import contextlib, io, json, sys
+from rpc_harness.cli import main
+
+def command(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return {"code": code, "out": out.getvalue(), "err": err.getvalue()}
+
+done = {}
+done["list"] = command("list")
+done["ok"] = command("run", "tiny", "-n", "3", "--seed", "4", "--progress", "off")
+done["failing"] = command("run", "tiny", "-n", "2", "--seed", "4", "--progress", "off",
+                          "--faults", "raise:owner@tiny.step#2")
+token = done["failing"]["out"].split("Replay: rpc-harness replay ")[1].split()[0]
+done["replay"] = command("replay", token, "--progress", "off")
+done["bench"] = command("bench", "--only", "scenarios", "--scenario", "tiny", "--json", sys.argv[1])
+
+from hypothesis import find
+from harness import strategies as hs
+case = find(hs.scenario_worlds("tiny", max_size=5, points=["tiny.step"], kinds=("delay",)),
+            lambda c: c.world_size >= 3 and len(c.faults) >= 1)
+done["drawn"] = [list(case.names), str(case.faults)]
+print("RESULTS" + json.dumps(done))
+"""
+
+
 def test_a_scenario_registered_by_another_package_runs_replays_benches_and_draws(tmp_path):
     env = install_tiny(tmp_path / "site")
-
-    listing = run(env, tmp_path, "-m", "rpc_harness", "list")
-    assert listing.returncode == 0, listing.stderr
-    assert "tiny: an owner's weight, workers' distributed autograd steps through it" in listing.stdout
-    assert "--steps sets steps; metric: loss" in listing.stdout
-
-    ok = run(env, tmp_path, "-m", "rpc_harness", "run", "tiny", "-n", "3", "--seed", "4", "--progress", "off")
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert re.search(r"^tiny +3 +clean +3 +loss ", ok.stdout, re.M), ok.stdout
-
-    failing = run(env, tmp_path, "-m", "rpc_harness", "run", "tiny", "-n", "2", "--seed", "4", "--progress", "off",
-                  "--faults", "raise:owner@tiny.step#2")
-    assert failing.returncode == 1, failing.stdout + failing.stderr
-    token = re.search(r"Replay: rpc-harness replay (rpch1_\S+)", failing.stdout)[1]
-    again = run(env, tmp_path, "-m", "rpc_harness", "replay", token, "--progress", "off")
-    assert again.returncode == 1 and "the failure reproduced" in again.stdout, again.stdout + again.stderr
-
     figures = tmp_path / "bench.json"
-    bench = run(env, tmp_path, "-m", "rpc_harness", "bench", "--only", "scenarios", "--scenario", "tiny",
-                "--json", str(figures))
-    assert bench.returncode == 0, bench.stdout + bench.stderr
+    proc = run(env, tmp_path, "-c", DRIVER, str(figures))
+    assert proc.returncode == 0 and "RESULTS" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    done = json.loads(proc.stdout.split("RESULTS", 1)[1])
+
+    listing = done["list"]
+    assert listing["code"] == 0, listing
+    assert "tiny: an owner's weight, workers' distributed autograd steps through it" in listing["out"]
+    assert "--steps sets steps; metric: loss" in listing["out"]
+
+    ok = done["ok"]
+    assert ok["code"] == 0, ok
+    assert re.search(r"^tiny +3 +clean +3 +loss ", ok["out"], re.M), ok["out"]
+
+    assert done["failing"]["code"] == 1, done["failing"]
+    again = done["replay"]
+    assert again["code"] == 1 and "the failure reproduced" in again["out"], again
+
+    assert done["bench"]["code"] == 0, done["bench"]
     rows = json.loads(figures.read_text())["scenarios"]
     assert [(r["scenario"], r["world_size"], r["ok"]) for r in rows] == [("tiny", 2, True)]
 
-    drawn = run(env, tmp_path, "-c", (
-        "from hypothesis import find\n"
-        "from harness import strategies as hs\n"
-        "case = find(hs.scenario_worlds('tiny', max_size=5, points=['tiny.step'], kinds=('delay',)),\n"
-        "            lambda c: c.world_size >= 3 and len(c.faults) >= 1)\n"
-        "print(case.names, str(case.faults))\n"))
-    assert drawn.returncode == 0, drawn.stderr
-    assert drawn.stdout.strip() == "('owner', 'worker1', 'worker2') delay:owner@tiny.step#1+=0.001s"
+    assert done["drawn"] == [["owner", "worker1", "worker2"], "delay:owner@tiny.step#1+=0.001s"]
 
 
 def test_without_the_package_the_scenario_is_unknown_by_name(tmp_path):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch  # noqa: F401 - before the in-process session, which must not import it (see test_plugin)
 
 from harness.repro import decode
 
@@ -55,7 +56,10 @@ FIXED = "BUCKET = lambda k: k\n"
 
 def test_a_planted_bug_is_found_shrunk_and_replayed(pytester):
     pytester.makepyfile(test_planted=PLANTED + BUGGY)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
+    # In this process (its worlds fork from this worker's forkserver; they
+    # are bounded by their deadlines); the replays below run the printed
+    # line in a fresh process, as a user would.
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "observers' rewards mixed up" in out
