@@ -32,11 +32,11 @@ from .result import WorldResult
 from .spec import WorldSpec, make_spec
 
 # Imported once in the forkserver instead of once per rank: the rank's own
-# code first (it wraps torch's RPC API before anything binds it), numpy (a
-# rank seeds it), torch._dynamo (the first optimizer a rank builds imports
+# code first (it wraps torch's RPC API before anything binds it),
+# numpy.random (a rank seeds it; numpy imports it lazily, ~13 ms), torch._dynamo (the first optimizer a rank builds imports
 # it, ~1 s) and torch.distributed.optim (DistributedOptimizer; it pulls in
 # fsdp/dtensor, ~1.5 s).
-_PRELOAD = ["harness._rank", "numpy", "torch._dynamo", "torch.distributed.optim"]
+_PRELOAD = ["harness._rank", "numpy.random", "torch._dynamo", "torch.distributed.optim"]
 # How the parent hands the forkserver its sys.path and module list (see
 # harness._preload, which must not be imported here: importing it in the
 # forkserver has to finish this package first).
