@@ -8,8 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch.distributed.rpc as rpc
 from programs import echo, torch_examples, tutorial_ps, tutorial_rl
 
+import harness
 from harness import FaultPlanError, WorldFailed, WorldSpecError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -96,6 +98,32 @@ def test_a_plan_that_never_fires_fails_the_world_naming_it(rpc_world):
     assert re.search(r"rpc\.call:Agent\.select_action x\d+", message), "what it reached instead, with counts"
     assert "mark it optional with '?'" in message
     assert all(r.status == "ok" for r in caught.value.result), "every rank itself was fine"
+
+
+def serves_only(ctx):
+    """Returns at once: this rank's work happens while it serves its peers."""
+
+
+def work():
+    harness.failpoint("server.work")
+
+
+def calls_worker1_ten_times(ctx):
+    if ctx.rank == 0:
+        for _ in range(10):
+            rpc.rpc_sync("worker1", work)
+
+
+def entry(ctx):
+    return calls_worker1_ten_times(ctx) if ctx.rank == 0 else serves_only(ctx)
+
+
+def test_a_fault_that_never_fires_counts_the_hits_a_rank_made_serving_its_peers(rpc_world):
+    with pytest.raises(WorldFailed) as caught:
+        rpc_world.run(entry, world_size=2, faults="kill:worker1@server.work#50")
+    message = str(caught.value)
+    assert "never fired (only 10 hit(s) of server.work, the fault waits for hit 50): worker1 reached " in message
+    assert "server.work x10" in message and "rpc.serve:work x10" in message
 
 
 def test_an_optional_fault_that_never_fires_passes(rpc_world):
