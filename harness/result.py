@@ -158,8 +158,9 @@ class WorldResult:
     def __iter__(self) -> Iterator[RankOutcome]:
         return iter(self.ranks)
 
-    def report(self, *, output_lines: int = 20) -> str:
-        """A multi-line account of the world, failures first, repro line last.
+    def report(self, *, output_lines: int = 20, replay: bool = True) -> str:
+        """A multi-line account of the world, failures first, repro line last
+        (``replay=False``: for a caller that prints its own).
         Ranks that ended alike share a line, and their output is shown once."""
         lines = [self._headline()]
         lines += [f"  {problem}" for problem in self.problems]
@@ -186,7 +187,7 @@ class WorldResult:
             if not outcome.failed and outcome.stacks:
                 lines.append(f"--- {outcome.label} stacks {when}")
                 lines.append(outcome.stacks.rstrip())
-        if self.repro:
+        if self.repro and replay:
             lines.append(f"Replay: {self.repro}")
         return "\n".join(lines)
 

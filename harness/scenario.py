@@ -438,6 +438,13 @@ def judge(scenario: Scenario, world: WorldResult, config: Any) -> ScenarioReport
     records = scenario.records(world)
     contract = scenario.contract(world, records, config)
     report.contract_ok, report.contract_note = contract.ok, contract.note
+    if world.problems:
+        # The plan did not do what it says (a fault never fired, a message
+        # was lost): whatever a scenario's contract makes of such a world, it
+        # was not the world the plan described. The scenario's own note is
+        # kept where a rank failed besides.
+        own = f"; {contract.note}" if not contract.ok and (world.failures or world.timed_out) else ""
+        report.contract_ok, report.contract_note = False, "; ".join(world.problems) + own
     report.details.update(contract.details)
     if records is None:
         report.outcome_note = "not checked: the world left no records to compare (see the contract)"

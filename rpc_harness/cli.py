@@ -238,17 +238,23 @@ def run_job(job: Job, *, deadline: float, progress: str = "auto") -> ScenarioRep
 
 def print_outcome(report: ScenarioReport, job: Job) -> None:
     mark = "ok" if report.ok else "FAILED"
+    # A world that left nothing to compare (a killed server's) must not read as a perfect match.
+    grads = (f"max grad diff {report.max_grad_diff:.2g} over {report.grads_checked} tensors"
+             if report.grads_checked else "no gradients compared")
     print(f"  {mark}: {report.scenario} world {report.world_size} ({job.label}): {report.metric_name} "
-          f"{report.metric:.4g} after {report.steps} steps, max grad diff {report.max_grad_diff:.2g} "
-          f"over {report.grads_checked} tensors, {report.duration:.1f}s")
-    if report.contract_note:
-        print(f"    contract: {report.contract_note.splitlines()[0]}")
-    if not report.ok:
-        for problem in report.problems():
-            print(f"    {problem.splitlines()[0]}")
-        if report.world is not None and not report.world.ok:
-            print("\n".join("    " + line for line in report.world.report().splitlines()))
-        print(f"  Replay: {report.replay}")
+          f"{report.metric:.4g} after {report.steps} steps, {grads}, {report.duration:.1f}s")
+    if report.ok:
+        if report.contract_note:
+            print(f"    contract: {report.contract_note.splitlines()[0]}")
+        return
+    for problem in report.problems():  # the contract's first, when it failed
+        print(f"    {problem.splitlines()[0]}")
+    world = report.world
+    if world is not None and (world.failures or world.timed_out):  # the ranks' side of it
+        print("\n".join("    " + line for line in world.report(replay=False).splitlines()))
+    print(f"  Replay: {report.replay}")
+    if report.python_replay:
+        print(f"      or: {report.python_replay}")
 
 
 def summary_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:
@@ -258,7 +264,8 @@ def summary_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:
     for job, r in rows:
         table.append((
             r.scenario, str(r.world_size), job.label if not job.repro.faults else f"{job.label}: {job.repro.faults}",
-            str(r.steps), f"{r.metric_name} {r.metric:.4g}", f"{r.max_grad_diff:.2g}", str(r.grads_checked),
+            str(r.steps), f"{r.metric_name} {r.metric:.4g}", f"{r.max_grad_diff:.2g}" if r.grads_checked else "-",
+            str(r.grads_checked),
             f"{r.duration:.1f}s", "ok" if r.ok else "FAILED",
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

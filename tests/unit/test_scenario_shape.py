@@ -129,3 +129,24 @@ def test_an_object_without_the_shape_is_refused_naming_what_it_lacks():
 
     with pytest.raises(ScenarioError, match=r"lacks min_world_size \(int\), .*entry\(\), names\(\), records\(\)"):
         registry.check_shape(Half(), where="test")
+
+
+def test_a_world_whose_plan_did_not_do_what_it_says_fails_the_contract_whatever_the_scenario_says():
+    class Lenient:
+        name, metric_name = "lenient", "metric"
+
+        def records(self, world):
+            return None
+
+        def contract(self, world, records, config):
+            return registry.Verdict(True, "every rank finished")
+
+    never = "fault kill:b@x.step#9 never fired (only 3 hit(s) of x.step, the fault waits for hit 9): b reached x.step x3"
+    world = harness.WorldResult(
+        names=("a", "b"), seed=1, faults=harness.FaultPlan.parse("kill:b@x.step#9"), deadline=5.0,
+        ranks=[harness.RankOutcome(0, "a", status="ok"), harness.RankOutcome(1, "b", status="ok")], problems=[never],
+    )
+    report = registry.judge(Lenient(), world, None)
+    assert not report.ok and not report.contract_ok
+    assert report.contract_note == never
+    assert report.problems() == [f"contract: {never}"]

@@ -77,6 +77,9 @@ def test_run_also_runs_each_scenarios_fault_checks_and_labels_their_rows(capsys)
     assert rows == {"clean": "ok", "slow": "ok", "kill": "ok", "server-kill": "ok"}, out
     assert re.search(r"contract: server killed; .*trainer\d failed fast naming 'parameter_server'", out), out
     assert "trainer2 killed as planned" in out
+    # The killed server's world leaves no gradients: said so, never shown as a perfect match.
+    assert re.search(r"ok: ps world 3 \(server-kill\): .* no gradients compared", out), out
+    assert not re.search(r"over 0 tensors", out), out
 
 
 def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):
