@@ -128,6 +128,7 @@ def run_world(
     (the default) where the machine allows it, True or error, False never
     (for ranks that must reach a service on the host).
     """
+    __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
     spec = make_spec(
         entry, world_size, names=names, seed=seed, deadline=deadline, bringup=bringup,
         rpc_timeout=rpc_timeout, faults=faults, failpoints=failpoints, args=args, kwargs=kwargs,
@@ -166,6 +167,7 @@ def spawn(
     plan aims at (``names`` says them in advance, so that the plan is checked
     before any process starts). Everything else is as :func:`run_world`.
     """
+    __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
     spec = make_spec(
         fn, nprocs, names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout,
         faults=faults, failpoints=failpoints, args=args, kwargs=kwargs, fuzz=fuzz, env=env, repro=repro,
@@ -179,6 +181,7 @@ def spawn(
 
 def raise_for_failures(result: WorldResult) -> None:
     """Raise :class:`WorldTimeout` or :class:`WorldFailed` for a failed world."""
+    __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
     if result.timed_out:
         raise WorldTimeout(result)
     if result.failures or result.problems:
@@ -194,6 +197,14 @@ def launch(
     """Run one world described by a validated spec; always returns a result
     (unless ``on_progress`` raises: then every rank is killed and the error
     goes on). The world's folder is removed whatever happens."""
+    if multiprocessing.current_process().daemon:
+        # Every rank imports the script that started the world, as any
+        # multiprocessing child does; unguarded, the script starts a world
+        # inside each rank, which multiprocessing refuses obscurely.
+        raise WorldSpecError(
+            "a world cannot be started inside a rank; if a script starts worlds at its top level, put that under "
+            "`if __name__ == '__main__':` (its ranks import the script, as multiprocessing's children do)"
+        )
     workdir = _workdirs.make()
     netns = None
     try:

@@ -290,8 +290,8 @@ def isolation_available() -> tuple[bool, str]:
         if _probe is None or _probe[0] != os.getpid():
             try:
                 with create() as ns:
-                    how = ("network namespace (CAP_SYS_ADMIN)" if ns.kind == "net" else
-                           "user + network namespace (unprivileged)")
+                    how = ("made with CAP_SYS_ADMIN" if ns.kind == "net" else
+                       "inside an unprivileged user namespace")
                 answer = (True, how)
             except (IsolationUnavailable, OSError) as error:
                 answer = (False, str(error))

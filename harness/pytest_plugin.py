@@ -10,6 +10,7 @@ never imports torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -143,9 +144,16 @@ def _session_values(config: pytest.Config) -> dict[str, tuple[float, str]]:
         if raw in (None, ""):
             continue
         try:
-            values[option] = (float(raw), where)
+            value = float(raw)
         except ValueError:
             raise pytest.UsageError(f"{where}: invalid value {raw!r}; use a number of seconds") from None
+        # Checked here, once, rather than failing every test that starts a world.
+        if option == "fuzz":
+            if not 0 <= value <= 1:
+                raise pytest.UsageError(f"{where}: invalid fuzz {raw!r}; use the largest delay in seconds, 0..1")
+        elif not (math.isfinite(value) and value > 0):
+            raise pytest.UsageError(f"{where}: invalid value {raw!r}; use seconds > 0")
+        values[option] = (value, where)
     return values
 
 

@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rpc-harness", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="rpc-harness", description=__doc__.split("\n\n")[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run scenarios against their single-process baselines")

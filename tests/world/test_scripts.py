@@ -1,0 +1,25 @@
+"""Worlds started from a plain script, as users write them outside pytest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+UNGUARDED = """
+import harness
+
+def hello(ctx):
+    return ctx.rank
+
+print(harness.run_world(hello, world_size=2).values)
+"""
+
+
+def test_a_script_that_starts_a_world_without_a_main_guard_is_told_to_add_one(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(UNGUARDED)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "rank 0 (worker0): raised WorldSpecError: a world cannot be started inside a rank" in done.stderr
+    assert "`if __name__ == '__main__':`" in done.stderr
+
