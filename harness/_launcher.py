@@ -55,6 +55,7 @@ def preload(*modules: str) -> None:
 
 
 def _mp_context() -> Any:
+    _workdirs.stamp_multiprocessing_folder()  # where the forkserver's socket goes; see _workdirs
     ctx = multiprocessing.get_context("forkserver")
     extra = [m.strip() for m in os.environ.get("RPC_HARNESS_PRELOAD", "").split(",") if m.strip()]
     # Read by harness._preload in the forkserver, which inherits this

@@ -5,7 +5,11 @@ owner died without removing them.
 (exceptions, Ctrl-C, SIGTERM handled as Ctrl-C). A process killed by SIGKILL
 runs no cleanup, so each folder holds the owner's pid and the kernel's start
 time of that process (a pid alone may be reused), and the first world of
-every later process sweeps the folders whose owner is gone.
+every later process sweeps the folders whose owner is gone. The same stamp
+goes into multiprocessing's own folder of the process (``pymp-*``, where the
+forkserver's socket lives; multiprocessing removes it at exit, not at
+SIGKILL), so that it is swept too; unstamped ``pymp-*`` folders are other
+programs' and are left alone.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import shutil
 import tempfile
 
 PREFIX = "rpc-world-"
+MULTIPROCESSING_PREFIX = "pymp-"
 _OWNER = "owner"
 _swept = False
 
@@ -27,16 +32,32 @@ def make() -> str:
         _swept = True
         sweep()
     folder = tempfile.mkdtemp(prefix=PREFIX)
-    with open(os.path.join(folder, _OWNER), "w") as file:
-        file.write(f"{os.getpid()} {_start_time(os.getpid())}\n")
+    stamp(folder)
     return folder
 
 
+def stamp_multiprocessing_folder() -> None:
+    """Stamp this process's ``pymp-*`` folder (made now if it is not yet)."""
+    from multiprocessing import util
+
+    folder = util.get_temp_dir()
+    if not os.path.exists(os.path.join(folder, _OWNER)):
+        stamp(folder)
+
+
+def stamp(folder: str) -> None:
+    """Write the owner stamp: this process's pid and start time."""
+    with open(os.path.join(folder, _OWNER), "w") as file:
+        file.write(f"{os.getpid()} {_start_time(os.getpid())}\n")
+
+
 def sweep(root: str | None = None) -> list[str]:
-    """Remove the world folders under ``root`` (the temp folder) whose owner
-    process is gone; return them."""
+    """Remove the stamped folders under ``root`` (the temp folder) whose
+    owner process is gone; return them."""
     removed = []
-    for folder in glob.glob(os.path.join(root or tempfile.gettempdir(), PREFIX + "*")):
+    root = root or tempfile.gettempdir()
+    folders = glob.glob(os.path.join(root, PREFIX + "*")) + glob.glob(os.path.join(root, MULTIPROCESSING_PREFIX + "*"))
+    for folder in folders:
         try:
             with open(os.path.join(folder, _OWNER)) as file:
                 pid_text, start = file.read().split()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -91,3 +92,23 @@ def test_message_faults_are_refused_past_33_ranks_before_any_process_starts(monk
     monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(WorldSpecError, match="message faults and schedule fuzzing work in worlds of at most 33 ranks"):
         harness.run_world(worlds.ring, world_size=34, fuzz=0.001)
+
+
+def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_path):
+    import subprocess
+    import sys
+
+    from harness import _workdirs
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone_pid = int(dead.stdout)
+    folders = {name: tmp_path / name for name in
+               ("rpc-world-dead", "pymp-dead", "pymp-alive", "pymp-unstamped", "rpc-world-unstamped", "other-dead")}
+    for folder in folders.values():
+        folder.mkdir()
+    for name in ("rpc-world-dead", "pymp-dead", "other-dead"):
+        (folders[name] / "owner").write_text(f"{gone_pid} 12345\n")
+    _workdirs.stamp(str(folders["pymp-alive"]))
+    removed = _workdirs.sweep(str(tmp_path))
+    assert sorted(map(os.path.basename, removed)) == ["pymp-dead", "rpc-world-dead"]
+    assert sorted(os.listdir(tmp_path)) == ["other-dead", "pymp-alive", "pymp-unstamped", "rpc-world-unstamped"]
