@@ -54,9 +54,13 @@ def failpoint(name: str) -> None:
 
 def progress(done: int, total: int, unit: str = "steps", **metrics: float) -> None:
     """Report that ``done`` of ``total`` units of this rank's work are done,
-    with optional numeric ``metrics`` (e.g. ``loss=0.4``); no-op outside a world."""
+    with optional numeric ``metrics`` (e.g. ``loss=0.4``). Outside a world it
+    reports nothing, but checks its arguments all the same, so that a
+    single-process baseline running a rank's code catches a bad call too."""
     ctx = _current
-    if ctx is not None:
+    if ctx is None:
+        check_progress(done, total, unit, metrics)
+    else:
         ctx.progress(done, total, unit, **metrics)
 
 

@@ -11,8 +11,13 @@ from harness import Progress, ProgressBar
 from harness.progress import WORLD_ENDED, WORLD_UP, check_progress
 
 
-def test_progress_outside_a_world_is_a_no_op():
-    harness.progress(1, 2, "items", loss=0.5)
+def test_progress_outside_a_world_is_a_no_op(capfd):
+    # What a single-process baseline sees when it runs a rank's code.
+    assert harness.current_context() is None
+    assert harness.progress(1, 2, "items", loss=0.5) is None
+    assert harness.progress(2, 2) is None
+    assert harness.current_context() is None, "no context is made up for it"
+    assert capfd.readouterr() == ("", ""), "nothing is drawn or printed"
 
 
 @pytest.mark.parametrize(
@@ -28,8 +33,12 @@ def test_progress_outside_a_world_is_a_no_op():
     ],
 )
 def test_bad_progress_calls_name_what_was_wrong(done, total, unit, metrics, message):
-    with pytest.raises((TypeError, ValueError), match="progress\\(\\): " + message.replace("(", "\\(").replace(")", "\\)")):
+    pattern = "progress\\(\\): " + message.replace("(", "\\(").replace(")", "\\)")
+    with pytest.raises((TypeError, ValueError), match=pattern):
         check_progress(done, total, unit, metrics)
+    # Outside a world too: a baseline running a rank's code catches it.
+    with pytest.raises((TypeError, ValueError), match=pattern):
+        harness.progress(done, total, unit, **metrics)
 
 
 def _update(rank, done, total, unit="batches", **metrics):
