@@ -219,3 +219,101 @@ def endpoints_then_wait(ctx, folder):
     while not os.path.exists(os.path.join(folder, "tried")) and time.monotonic() < until:
         time.sleep(0.02)
     return record
+
+
+# -- positive controls of the fault kinds (tests/world/test_fault_controls.py) ----------
+
+
+def timed_steps(ctx, steps):
+    """How long each of ``steps`` calls of failpoint ``test.step`` took (seconds)."""
+    took = []
+    for _ in range(steps):
+        started = time.monotonic()
+        harness.failpoint("test.step")
+        took.append(time.monotonic() - started)
+    return took
+
+
+def logged_steps(ctx, steps):
+    """An event before and after each call of failpoint ``test.step``,
+    counted by the entry itself: the event log survives a SIGKILL, so a
+    fault that ends the rank shows in which call it struck."""
+    for step in range(1, steps + 1):
+        ctx.event("step.before", step=step)
+        harness.failpoint("test.step")
+        ctx.event("step.after", step=step)
+    return steps
+
+
+def steps_catching_faults(ctx, steps):
+    """The calls (1-based, counted here) of failpoint ``test.step`` that raised."""
+    raised = []
+    for step in range(1, steps + 1):
+        try:
+            harness.failpoint("test.step")
+        except harness.InjectedFault:
+            raised.append(step)
+    return raised
+
+
+def _inside(frame, function):
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def steps_watching_for_hangs(ctx, steps):
+    """Each call of failpoint ``test.step`` in a thread of its own; return
+    the calls (1-based, counted here) whose thread was seen blocked in the
+    harness's hang, left hanging there, while the others returned. No timing
+    decides it: the thread either returns or is seen in the hang's frame."""
+    import sys
+    import threading
+
+    hung = []
+    for step in range(1, steps + 1):
+        thread = threading.Thread(target=harness.failpoint, args=("test.step",), daemon=True)
+        thread.start()
+        while thread.is_alive():
+            if _inside(sys._current_frames().get(thread.ident), "hang_at_failpoint"):
+                hung.append(step)
+                break
+            time.sleep(0.005)
+    return hung
+
+
+def timed_calls(ctx, calls):
+    """Rank 0 makes ``calls`` rpc_sync calls (PYTHON_CALL) to rank 1, timing
+    each round trip, then one ``remote`` (PYTHON_REMOTE_CALL) fetched with
+    ``to_here`` (PYTHON_RREF_FETCH_CALL)."""
+    if ctx.rank != 0:
+        return None
+    took = []
+    for i in range(calls):
+        started = time.monotonic()
+        rpc.rpc_sync(ctx.names[1], add, args=(i, 1))
+        took.append(time.monotonic() - started)
+    rpc.remote(ctx.names[1], add, args=(1, 1)).to_here()
+    return took
+
+
+def drops_remote_values(ctx, count):
+    """Rank 0 makes ``count`` values on rank 1 with ``remote`` and drops its
+    RRefs: one RREF_USER_DELETE message to rank 1 each, a message torch retries."""
+    if ctx.rank != 0:
+        return None
+    values = []
+    for i in range(count):
+        rref = rpc.remote(ctx.names[1], add, args=(i, 1))
+        values.append(rref.to_here())
+        del rref
+    return values
+
+
+def loopback_pinning(ctx):
+    """What pins this rank's transports to loopback: the variables TensorPipe
+    and Gloo read, and where its listening TCP sockets are bound."""
+    env = {k: os.environ.get(k) for k in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR")}
+    return {"env": env, "listening": listening_addresses(ctx)}

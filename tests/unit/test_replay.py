@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import find
-from hypothesis import strategies as st
+from hypothesis import find, settings
 
 from harness import ReplayError
 from harness import strategies as hs
@@ -38,10 +37,15 @@ def test_bad_tokens_say_what_is_wrong(token, message):
 
 
 def test_a_token_with_a_bad_plan_is_refused_before_running():
-    bad = Repro(world_size=2, seed=1, entry="m:f").token().replace("rpch1_", "rpch1_")
-    assert decode(bad).faults == ""
-    with pytest.raises(Exception, match="unknown fault kind"):
-        Repro(world_size=2, seed=1, entry="m:f", faults="boom:w0@x").plan  # noqa: B018
+    # A Repro does not parse its plan until asked, so a token can carry one
+    # that does not parse (a damaged or hand-made token); decode refuses it.
+    for plan, message in (("boom:w0@x.step", "unknown fault kind 'boom' in 'boom:w0@x.step'"),
+                          ("kill:w0", "cannot parse fault 'kill:w0'")):
+        bad = Repro(world_size=2, seed=1, entry="m:f", faults=plan).token()
+        with pytest.raises(ReplayError, match=re.escape(f"repro token's fault plan is invalid: repro token: {message}")):
+            decode(bad)
+    good = Repro(world_size=2, seed=1, entry="m:f", faults="kill:w0@x.step#2").token()
+    assert decode(good).plan.faults[0].hit == 2
 
 
 def test_world_strategy_shrinks_to_the_smallest_failing_world():
@@ -65,7 +69,12 @@ def test_strategies_only_draw_failpoint_kinds():
 
 
 def test_profiles_are_registered_and_bounded():
-    settings = hs.world_settings()
-    assert settings.deadline is None
-    assert settings.max_examples <= 60
-    assert st is not None
+    chosen = hs.world_settings()
+    assert chosen.deadline is None
+    # The CI profile, unless the command line loaded rpc-thorough.
+    thorough_loaded = getattr(settings, "_current_profile", None) == hs.THOROUGH_PROFILE
+    assert chosen.max_examples == (60 if thorough_loaded else 6)
+    assert chosen.suppress_health_check == settings.get_profile(hs.CI_PROFILE).suppress_health_check
+    thorough = settings.get_profile(hs.THOROUGH_PROFILE)
+    assert thorough.max_examples == 60 and thorough.deadline is None
+    assert hs.world_settings(max_examples=2).max_examples == 2, "overrides win"

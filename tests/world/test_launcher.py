@@ -108,7 +108,10 @@ def test_a_rank_the_plan_kills_is_expected_and_the_others_finish(assert_gone):
     assert result.ok
     assert [r.name for r in result.killed] == ["worker1"]
     assert result[1].signal == "SIGKILL"
-    assert result[0].value == {"test.step": 3} or result[0].value == {}
+    # The others ran all three steps; only a rank a fault is aimed at counts
+    # its failpoints, so theirs report none.
+    assert result[0].value == result[2].value == {}
+    assert [r.status for r in result] == ["ok", "killed", "ok"]
     fired = result.fired_faults()
     assert [(f["rank"], f["fault"], f["hit"]) for f in fired] == [(1, "kill:worker1@test.step#2", 2)]
     assert_gone(pids_of(result))
@@ -125,9 +128,13 @@ def test_a_raise_fault_fails_the_world_attributed_to_its_rank():
 
 def test_an_unpicklable_return_value_is_a_clear_failure():
     result = harness.run_world(worlds.returns_unpicklable, world_size=2, check=False)
-    # Both ranks fail alike; the first report stops the world, so one or both are listed.
-    assert result.failures and {r.rank for r in result.failures} <= {0, 1}
-    assert all("return value cannot be sent back" in r.error for r in result.failures)
+    # Both ranks fail alike; the first report stops the world, so the other
+    # either failed the same way or was stopped before it could report.
+    assert result.failures
+    for outcome in result:
+        assert outcome.status in ("raised", "stopped"), outcome.describe()
+        if outcome.status == "raised":
+            assert outcome.error.startswith("TypeError: the entry's return value cannot be sent back"), outcome.error
 
 
 def test_a_return_value_that_cannot_be_unpickled_here_fails_its_rank_by_name():
@@ -162,6 +169,7 @@ def test_an_entry_given_by_name_runs():
     assert result.values == [0, 1]
 
 
+@pytest.mark.long
 def test_a_256_rank_world_comes_up_and_every_rank_answers_its_neighbour():
     # TensorPipe over TCP: its shared-memory transport's connection backlog
     # made worlds of 34 ranks and more fail in init_rpc (see rank_setup).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -169,6 +170,9 @@ def test_seeded(rpc_world):
     [
         (["--rpc-seed=abc"], "--rpc-seed: invalid seed 'abc'"),
         (["--rpc-deadline=soon"], "--rpc-deadline: invalid value 'soon'"),
+        (["--rpc-deadline=-1"], "--rpc-deadline: invalid value '-1'; use seconds > 0"),
+        (["--rpc-call-timeout=0"], "--rpc-call-timeout: invalid value '0'; use seconds > 0"),
+        (["--rpc-fuzz=5"], "--rpc-fuzz: invalid fuzz '5'; use the largest delay in seconds, 0..1"),
     ],
 )
 def test_bad_command_line_values_are_usage_errors(pytester, args, message):
@@ -229,19 +233,47 @@ def pytest_unconfigure(config):
     assert (pytester.path / "imported.txt").read_text() == "False"
 
 
-def test_works_under_xdist(pytester):
-    pytester.makepyfile(
-        ENTRIES
-        + """
+RECORDS_SEEDS = """
+import json, os
 import pytest
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_many(rpc_world, n):
-    assert rpc_world.run(ok, world_size=n).values == list(range(n))
+def world_seed(ctx):
+    return ctx.world_seed
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_records(rpc_world, request, n):
+    seeds = [rpc_world.run(world_seed, world_size=2).values[0] for _ in range(2)]
+    record = {{"seeds": seeds, "in_worker": hasattr(request.config, "workerinput")}}
+    with open(os.path.join({folder!r}, request.node.nodeid.replace("/", "_") + ".json"), "w") as file:
+        json.dump(dict(record, nodeid=request.node.nodeid), file)
 """
-    )
-    result = run(pytester, "-n", "2", fresh=True)
-    result.assert_outcomes(passed=4)
+
+
+@pytest.mark.long
+def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(pytester, tmp_path):
+    # Also what shows that the fixture works under xdist at all.
+    def records(folder):
+        return {r["nodeid"]: r for r in (json.loads(p.read_text()) for p in sorted(folder.glob("*.json")))}
+
+    first, again = tmp_path / "first", tmp_path / "again"
+    first.mkdir()
+    again.mkdir()
+    pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(first)))
+    result = run(pytester, "-n", "2", fresh=True)  # no --rpc-seed: the session draws one
+    result.assert_outcomes(passed=2)
+    (seed,) = [int(m[1]) for m in map(re.compile(r"rpc-harness: session seed (\d+) ").match, result.stdout.lines)
+               if m]
+    drawn = records(first)
+    assert len(drawn) == 2 and all(r["in_worker"] for r in drawn.values()), "both tests ran in xdist workers"
+    # The workers' worlds derive from the header's seed and the test id ...
+    for nodeid, record in drawn.items():
+        assert record["seeds"] == [harness.derive_seed(seed, nodeid, index) for index in (0, 1)]
+    # ... so that seed, given back, replays them without xdist.
+    pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(again)))
+    run(pytester, f"--rpc-seed={seed}", "-p", "no:xdist").assert_outcomes(passed=2)
+    replayed = records(again)
+    assert {n: r["seeds"] for n, r in replayed.items()} == {n: r["seeds"] for n, r in drawn.items()}
+    assert not any(r["in_worker"] for r in replayed.values())
 
 
 SLEEPER = """
@@ -278,6 +310,7 @@ def start_sleeping_session(pytester, tmp_path, *args):
     return proc, pids, tmp
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("xdist", [False, True], ids=["alone", "under-xdist"])
 def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_path, xdist):
     proc, pids, tmp = start_sleeping_session(pytester, tmp_path, *(["-n", "2"] if xdist else []))
@@ -295,6 +328,7 @@ def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_
             proc.wait()
 
 
+@pytest.mark.long
 def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_folder(pytester, tmp_path):
     proc, pids, tmp = start_sleeping_session(pytester, tmp_path)
     try:
@@ -306,14 +340,15 @@ def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_fol
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    orphans = [p for p in os.listdir(tmp) if p.startswith("rpc-world-")]
-    assert len(orphans) == 1, "nobody could remove the world folder of a SIGKILLed process"
+    ours = ("rpc-world-", "pymp-")  # the world's folder, and multiprocessing's (the forkserver's socket)
+    orphans = sorted(p.split("-")[0] for p in os.listdir(tmp) if p.startswith(ours))
+    assert orphans == ["pymp", "rpc"], "nobody could remove the folders of a SIGKILLed process"
     pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
     again = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(pytester.path)],
                            cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True,
                            text=True, timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert [p for p in os.listdir(tmp) if p.startswith("rpc-world-")] == [], "its first world swept it"
+    assert [p for p in os.listdir(tmp) if p.startswith(ours)] == [], "its first world swept them"
 
 
 def test_a_failing_world_leaves_a_trace_and_its_picture_named_in_the_report(pytester):

@@ -29,8 +29,28 @@ def check_contract(report):
     assert report.contract_ok, report.contract_note
     planned = {f.target for f in world.faults if f.kind == "kill"}
     assert {r.name for r in world.dead} <= planned, "dead ranks must be a subset of killed ranks"
+    check_fired(world)
 
 
+def check_fired(world):
+    """Every fault of the plan fired (unless optional), only on its target at
+    its point, on the hits it names: once for a kill, on consecutive hits
+    from its first for a delay. Unchanged gradients mean nothing otherwise."""
+    __tracebackhide__ = True
+    counts = world.fault_counts()
+    for fault in world.faults:
+        events = [e for e in world.fired_faults() if e["fault"] == str(fault)]
+        assert fault.optional or counts[str(fault)] >= 1, f"{fault} never fired"
+        assert len(events) == counts[str(fault)]
+        assert {(e["rank"], e["point"]) for e in events} <= {(world.names.index(fault.target), fault.point)}
+        hits = sorted(e["hit"] for e in events)
+        if fault.kind == "kill":
+            assert hits in ([], [fault.hit]), (fault, hits)
+        else:
+            assert hits == list(range(fault.hit, fault.hit + len(hits))), (fault, hits)
+
+
+@pytest.mark.long
 @hs.world_settings()
 @given(case=hs.scenario_worlds("rl", min_size=3, points=["observer.step"],
                                targets=lambda name: name.startswith("observer"), **FAULTS))
@@ -39,6 +59,7 @@ def test_rl_meets_its_contract(case):
     check_contract(rl.run(config, world_size=case.world_size, seed=case.seed, faults=case.faults, deadline=60))
 
 
+@pytest.mark.long
 @hs.world_settings()
 @given(case=hs.scenario_worlds("ps", points=["trainer.step"], targets=lambda name: name.startswith("trainer"),
                                **FAULTS))
@@ -47,6 +68,7 @@ def test_ps_meets_its_contract(case):
     check_contract(ps.run(config, world_size=case.world_size, seed=case.seed, faults=case.faults, deadline=60))
 
 
+@pytest.mark.long
 @hs.world_settings()
 @given(case=hs.scenario_worlds("rnn", max_size=3, points=["ps.forward", "trainer.step"],
                                kinds=("delay",), max_hit=4, delays=(0.001, 0.01), optional=True))

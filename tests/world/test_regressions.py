@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,18 @@ def test_the_corpus_is_not_empty_and_every_token_decodes():
 
 
 @pytest.mark.parametrize(("token", "why"), corpus())
-def test_regression_world_replays_clean(token, why, capsys):
-    code = main(["replay", token, "--deadline", "120"])
+def test_regression_world_replays_clean_with_its_faults_fired_where_planned(token, why, capsys, tmp_path):
+    code = main(["replay", token, "--deadline", "30", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, f"regression came back ({why}):\n{out}"
+    # Clean under its faults only if they acted: each fired on its target at
+    # its point, a kill or a freeze once, on the hit it names.
+    repro = decode(token)
+    (trace,) = tmp_path.glob("*.trace.json")
+    fired = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "fault"]
+    for fault in repro.plan:
+        events = [e for e in fired if e["args"]["fault"] == str(fault)]
+        assert events, f"{fault} never fired ({why})"
+        assert {(e["pid"], e["args"]["point"]) for e in events} == {(repro.names.index(fault.target), fault.point)}
+        if fault.kind in ("kill", "freeze"):
+            assert [e["args"]["hit"] for e in events] == [fault.hit]

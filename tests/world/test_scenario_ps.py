@@ -101,10 +101,17 @@ def test_killed_server_makes_trainers_fail_fast_naming_it():
 
 def test_retried_message_failures_still_give_matching_gradients():
     # torch resends a failed RREF_USER_DELETE after ~1 s; nothing may be lost.
-    report = ps.run(CI, world_size=3, seed=2, faults="msgfail:trainer1@RREF_USER_DELETE=1")
+    plan = "msgfail:trainer1@RREF_USER_DELETE=1"
+    report = ps.run(CI, world_size=3, seed=2, faults=plan)
     ps.check(report)
     assert report.steps == 2 * CI.batches
     assert all(o.status == "ok" for o in report.world)
+    # The fault did fail trainer1's deletes, each once: of the server's RRef,
+    # of the parameters' and of the optimizer made on the server.
+    world = report.world
+    assert world.fault_counts() == {plan: 1 + N_PARAMS + 1}
+    assert {(f["rank"], f["point"], f["try"]) for f in world.fired_faults()} == {
+        (world.names.index("trainer1"), "RREF_USER_DELETE", 1)}
 
 
 def test_planted_unrecorded_update_is_caught_with_a_readable_message():

@@ -59,8 +59,14 @@ def test_slow_observer_changes_nothing():
     report = rl.run(config, world_size=3, seed=SEED, faults="delay:observer1@observer.step=0.02s")
     rl.check(report)
     records = report.world.values[0]
-    delayed = [f for f in report.world.fired_faults() if f["fault_kind"] == "delay"]
-    assert len(delayed) == sum(ep.rewards["observer1"] for ep in records.episodes) > 0
+    fired = report.world.fired_faults()
+    # Every step observer1 took, and nothing else.
+    steps = sum(ep.rewards["observer1"] for ep in records.episodes)
+    assert steps > 0 and len(fired) == steps
+    observer1 = report.world.names.index("observer1")
+    assert {(f["rank"], f["point"], f["fault"]) for f in fired} == {
+        (observer1, "observer.step", "delay:observer1@observer.step#1+=0.02s")}
+    assert sorted(f["hit"] for f in fired) == list(range(1, int(steps) + 1))
     assert report.details["bit_exact"]
     assert report.history == report.baseline_history
 

@@ -90,18 +90,32 @@ def test_killed_parameter_server_is_named_fast(world_size, victim):
 
 
 @pytest.mark.parametrize(
-    ("world_size", "faults"),
+    ("world_size", "faults", "per_step", "once"),
     [
-        (2, "msgfail:trainer@RREF_USER_DELETE=1"),
-        (3, "msgfail:trainer@CLEANUP_AUTOGRAD_CONTEXT_REQ=1"),
-        # Sent by a server for every call that passes it one of its RRefs.
-        (3, "msgfail:ps1@RREF_CHILD_ACCEPT=1"),
+        # The trainer drops six RRefs: the two remote modules, their three
+        # parameters and the optimizer made on the server.
+        (2, "msgfail:trainer@RREF_USER_DELETE=1", 0, 6),
+        # One a step: the step's cleanup messages to the two servers carry the
+        # same payload, its context id, and torch counts failures per payload.
+        (3, "msgfail:trainer@CLEANUP_AUTOGRAD_CONTEXT_REQ=1", 1, 0),
+        # Sent by a server for every call that passes it one of its RRefs: four
+        # a step (forward, gradients, parameters, optimizer step), three at set-up.
+        (3, "msgfail:ps1@RREF_CHILD_ACCEPT=1", 4, 3),
     ],
 )
-def test_retried_message_failures_change_nothing(world_size, faults):
+def test_retried_message_failures_change_nothing(world_size, faults, per_step, once):
     report = rnn.run(SMALL, world_size=world_size, seed=6, faults=faults)
     rnn.check(report)
     assert report.world.ok and report.grads_checked > 0
+    # The fault did fail sends, as many as the program sends of that type,
+    # each once (the count), all from its target.
+    world = report.world
+    fault = world.faults.faults[0]
+    sends = per_step * report.steps + once
+    assert world.fault_counts() == {faults: sends}
+    fired = world.fired_faults()
+    assert {(f["rank"], f["point"], f["try"]) for f in fired} == {(world.names.index(fault.target), fault.point, 1)}
+    assert sorted(f["hit"] for f in fired) == list(range(1, sends + 1))
 
 
 def test_slow_parameter_server_gives_the_same_gradients():
@@ -110,6 +124,9 @@ def test_slow_parameter_server_gives_the_same_gradients():
     rnn.check(report)
     fired = report.world.fired_faults()
     assert len(fired) == 2 * report.steps  # embedding and decoder forward, every step
+    ps = report.world.names.index("ps")
+    assert {(f["rank"], f["point"], f["fault"]) for f in fired} == {(ps, "ps.forward", "delay:ps@ps.forward#1+=0.01s")}
+    assert sorted(f["hit"] for f in fired) == list(range(1, 2 * report.steps + 1))
     assert report.grads_checked > 0
 
 
