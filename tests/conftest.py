@@ -21,6 +21,10 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if WORLD_TESTS in item.path.parents:
             item.add_marker(pytest.mark.world)
+    # The longest tests first, so that under xdist no worker is still running
+    # one of them alone at the end (a stable sort: the rest keeps its order,
+    # identical in every worker, as xdist requires).
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 def wait_gone(pids, within=10.0):

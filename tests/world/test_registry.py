@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -63,6 +65,7 @@ print("RESULTS" + json.dumps(done))
 """
 
 
+@pytest.mark.long
 def test_a_scenario_registered_by_another_package_runs_replays_benches_and_draws(tmp_path):
     env = install_tiny(tmp_path / "site")
     figures = tmp_path / "bench.json"

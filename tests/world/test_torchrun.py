@@ -171,6 +171,7 @@ def _compare_steps(actual: list[dict], expected: list[dict], *, who: str, seed: 
 # -- worlds under torchrun ----------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_tiny_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, assert_gone):
     seed, config = 7, tiny.Config(steps=2, scale=2.0)
     world_size = 4
@@ -200,6 +201,7 @@ def test_tiny_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, as
     assert checked == (world_size - 1) * config.steps * 2
 
 
+@pytest.mark.long
 def test_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, assert_gone):
     """The parameter server across two torchrun nodes: same server log, same
     gradients step for step, same final weights as in the harness's world."""
