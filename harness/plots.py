@@ -282,10 +282,18 @@ def render_growth(title: str, x_label: str, y_label: str,
         if len(points) > 1:
             path = " ".join(f"{px(x):.2f},{py(y):.2f}" for x, y in points)
             out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>')
-        for x, y in points:
+        for number, (x, y) in enumerate(points):
             out.append(f'<circle cx="{px(x):.2f}" cy="{py(y):.2f}" r="3" fill="{colour}">'
                        f"<title>{escape(name)}: {x:g} -> {y:.3g}</title></circle>")
-            out.append(f'<text x="{px(x) + 6:.2f}" y="{py(y) - 6:.2f}" font-size="10" fill="{colour}">{y:.3g}</text>')
+            # Curves rise to the right: a value goes above-left of its point,
+            # clear of the next segment and inside the frame; the first one
+            # below-right, clear of the y axis.
+            if number == 0:
+                below = min(py(y) + 14, bottom - 4)  # above the x axis, right of the point
+                where = f'x="{px(x) + 8:.2f}" y="{max(below, py(y) + 4):.2f}"'
+            else:
+                where = f'x="{px(x) - 6:.2f}" y="{py(y) - 6:.2f}" text-anchor="end"'
+            out.append(f'<text {where} font-size="10" fill="{colour}">{y:.3g}</text>')
         out.append("</g>")
     legend = _legend_layout([(name, [1.0]) for name, _ in clean], left, right)
     out.append('<g class="legend">')
