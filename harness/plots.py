@@ -119,13 +119,7 @@ def render_curves(title: str, metric_name: str, series: Mapping[str, Sequence[fl
                 out += [f'<circle cx="{px(i + 1):.2f}" cy="{py(v):.2f}" r="2.5" fill="{colour}"/>' for i, v in run]
         out.append("</g>")
 
-    out.append('<g class="legend">')
-    for index, (x, y, text) in enumerate(legend):
-        colour, dash = STYLES[index % len(STYLES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{x}" y1="{y - 4}" x2="{x + 24}" y2="{y - 4}" stroke="{colour}" stroke-width="2"{dash_attr}/>')
-        out.append(f'<text x="{x + 30}" y="{y}">{escape(text)}</text>')
-    out.append("</g>")
+    out += _legend_svg(legend)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -133,6 +127,19 @@ def render_curves(title: str, metric_name: str, series: Mapping[str, Sequence[fl
 _LEGEND_Y = 44  # baseline of the legend's first row
 _LEGEND_ROW = 16
 _CHAR_WIDTH = 6.5  # a 12px sans-serif character, roughly: enough to keep entries apart
+
+
+def _legend_svg(legend: Sequence[tuple[float, int, str]]) -> list[str]:
+    """The legend laid out by :func:`_legend_layout`: a line sample in each
+    series' style, then its name."""
+    out = ['<g class="legend">']
+    for index, (x, y, text) in enumerate(legend):
+        colour, dash = STYLES[index % len(STYLES)]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<line x1="{x}" y1="{y - 4}" x2="{x + 24}" y2="{y - 4}" stroke="{colour}" stroke-width="2"{dash_attr}/>')
+        out.append(f'<text x="{x + 30}" y="{y}">{escape(text)}</text>')
+    out.append("</g>")
+    return out
 
 
 def _legend_layout(series: Sequence[tuple[str, list[float]]], left: int, right: int) -> list[tuple[float, int, str]]:
@@ -296,13 +303,7 @@ def render_growth(title: str, x_label: str, y_label: str,
             out.append(f'<text {where} font-size="10" fill="{colour}">{y:.3g}</text>')
         out.append("</g>")
     legend = _legend_layout([(name, [1.0]) for name, _ in clean], left, right)
-    out.append('<g class="legend">')
-    for index, (x, y, text) in enumerate(legend):
-        colour, dash = STYLES[index % len(STYLES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{x}" y1="{y - 4}" x2="{x + 24}" y2="{y - 4}" stroke="{colour}" stroke-width="2"{dash_attr}/>')
-        out.append(f'<text x="{x + 30}" y="{y}">{escape(text)}</text>')
-    out.append("</g>")
+    out += _legend_svg(legend)
     for number, note in enumerate(notes):
         out.append(f'<text x="{left}" y="{HEIGHT + 10 + 16 * number}" fill="#444">{escape(_svg.xml_text(note))}</text>')
     out.append("</svg>")
