@@ -33,9 +33,9 @@ from .spec import WorldSpec, make_spec
 
 # Imported once in the forkserver instead of once per rank: the rank's own
 # code first (it wraps torch's RPC API before anything binds it),
-# numpy.random (a rank seeds it; numpy imports it lazily, ~13 ms), torch._dynamo (the first optimizer a rank builds imports
-# it, ~1 s) and torch.distributed.optim (DistributedOptimizer; it pulls in
-# fsdp/dtensor, ~1.5 s).
+# numpy.random (a rank seeds it; numpy imports it lazily, ~13 ms),
+# torch._dynamo (the first optimizer a rank builds imports it, ~1 s) and
+# torch.distributed.optim (DistributedOptimizer; it pulls in fsdp/dtensor, ~1.5 s).
 _PRELOAD = ["harness._rank", "numpy.random", "torch._dynamo", "torch.distributed.optim"]
 # How the parent hands the forkserver its sys.path and module list (see
 # harness._preload, which must not be imported here: importing it in the
@@ -203,8 +203,9 @@ def launch(
         # multiprocessing child does; unguarded, the script starts a world
         # inside each rank, which multiprocessing refuses obscurely.
         raise WorldSpecError(
-            "a world cannot be started inside a rank; if a script starts worlds at its top level, put that under "
-            "`if __name__ == '__main__':` (its ranks import the script, as multiprocessing's children do)"
+            "a world cannot be started from a daemonic process (a rank, or a multiprocessing pool worker); if a "
+            "script starts worlds at its top level, put that under `if __name__ == '__main__':` (its ranks "
+            "import the script, as multiprocessing's children do)"
         )
     workdir = _workdirs.make()
     netns = None

@@ -20,6 +20,6 @@ def test_a_script_that_starts_a_world_without_a_main_guard_is_told_to_add_one(tm
     script.write_text(UNGUARDED)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert "rank 0 (worker0): raised WorldSpecError: a world cannot be started inside a rank" in done.stderr
+    assert "rank 0 (worker0): raised WorldSpecError: a world cannot be started from a daemonic process" in done.stderr
     assert "`if __name__ == '__main__':`" in done.stderr
 
