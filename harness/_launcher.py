@@ -54,7 +54,24 @@ def preload(*modules: str) -> None:
             _PRELOAD.append(module)
 
 
+# An AF_UNIX socket path holds at most this many bytes (108 with its NUL).
+UNIX_PATH_MAX = 107
+
+
+def check_socket_folder(folder: str) -> None:
+    """Refuse a temp folder too deep for the forkserver's unix socket
+    (``listener-XXXXXXXX`` in it), which multiprocessing would only report as
+    ``OSError: AF_UNIX path too long`` from inside its forkserver."""
+    path = os.path.join(folder, "listener-xxxxxxxx")
+    if len(os.fsencode(path)) > UNIX_PATH_MAX:
+        raise WorldSpecError(
+            f"the temp folder {folder!r} is too deep for the forkserver's unix socket ({len(os.fsencode(path))} "
+            f"bytes with its name; AF_UNIX paths hold {UNIX_PATH_MAX}): set TMPDIR to a shorter folder"
+        )
+
+
 def _mp_context() -> Any:
+    check_socket_folder(util.get_temp_dir())
     _workdirs.stamp_multiprocessing_folder()  # where the forkserver's socket goes; see _workdirs
     ctx = multiprocessing.get_context("forkserver")
     extra = [m.strip() for m in os.environ.get("RPC_HARNESS_PRELOAD", "").split(",") if m.strip()]

@@ -3,6 +3,8 @@
 ``pytest -m "not world"`` is the quick loop)."""
 
 import pathlib
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -54,3 +56,14 @@ def assert_gone():
         assert not left, f"rank processes outlived their world: {left}"
 
     return check
+
+
+@pytest.fixture
+def short_tmp():
+    """A private temp folder with a short path, for a child process's TMPDIR:
+    multiprocessing puts its forkserver's unix socket there, and an AF_UNIX
+    path holds at most 107 bytes, which tmp_path's nested names can pass
+    (they grow with pytest's numbered base folder)."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="rpch-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -112,3 +112,10 @@ def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_p
     removed = _workdirs.sweep(str(tmp_path))
     assert sorted(map(os.path.basename, removed)) == ["pymp-dead", "rpc-world-dead"]
     assert sorted(os.listdir(tmp_path)) == ["other-dead", "pymp-alive", "pymp-unstamped", "rpc-world-unstamped"]
+
+
+def test_a_temp_folder_too_deep_for_the_forkservers_socket_is_refused_naming_it():
+    harness._launcher.check_socket_folder("/tmp/pymp-abcdefgh")  # what a usual TMPDIR gives
+    deep = "/tmp/" + "x" * 90 + "/pymp-abcdefgh"
+    with pytest.raises(WorldSpecError, match="is too deep for the forkserver's unix socket .* set TMPDIR to a shorter"):
+        harness._launcher.check_socket_folder(deep)

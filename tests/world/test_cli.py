@@ -92,7 +92,7 @@ def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):
     assert "the failure reproduced" in capsys.readouterr().out
 
 
-def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(tmp_path):
+def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(short_tmp):
     import os
     import signal
     import subprocess
@@ -103,8 +103,7 @@ def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(tmp_path)
 
     from harness.context import read_event_lines
 
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp
     proc = subprocess.Popen([sys.executable, "-m", "rpc_harness", "run", "ps", "-n", "3", "--steps", "500",
                              "--no-fault-checks", "--progress", "off"], env=dict(os.environ, TMPDIR=str(tmp)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -116,7 +115,10 @@ def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(tmp_path)
                       if e.get("kind") == "entry_start"]
             pids = [e["pid"] for f in tmp.glob("rpc-world-*/rank*.events") for e in read_event_lines(str(f))
                     if e.get("kind") == "start"] if len(starts) == 3 else []
-        assert len(pids) == 3, "the world never came up"
+        if len(pids) < 3:
+            proc.kill()
+            out, err = proc.communicate(timeout=60)
+            raise AssertionError(f"the world never came up (exit code {proc.returncode}):\n{out[-2000:]}{err[-3000:]}")
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -289,31 +289,36 @@ def test_sleeps(rpc_world):
 """
 
 
-def start_sleeping_session(pytester, tmp_path, *args):
-    """A pytest session whose world sleeps, its temp folder under ``tmp_path``:
+def start_sleeping_session(pytester, tmp_path, tmp, *args):
+    """A pytest session whose world sleeps, with ``tmp`` as its temp folder:
     (process, the ranks' pids, that temp folder)."""
-    pid_dir, tmp = tmp_path / "pids", tmp_path / "tmp"
+    pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    tmp.mkdir()
     pytester.makepyfile(SLEEPER.format(pid_dir=str(pid_dir)))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, str(pytester.path)],
-        cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    log = tmp_path / "session.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, str(pytester.path)],
+            cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     until = time.monotonic() + 90
     while len(os.listdir(pid_dir)) < 3 and time.monotonic() < until and proc.poll() is None:
         time.sleep(0.1)
     pids = [int((pid_dir / name).read_text()) for name in os.listdir(pid_dir)]
-    assert len(pids) == 3, "the world never came up"
+    if len(pids) < 3:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(f"the world never came up (exit code {proc.returncode}):\n{log.read_text()[-4000:]}")
     time.sleep(0.3)  # all ranks are inside their entry now
     return proc, pids, tmp
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("xdist", [False, True], ids=["alone", "under-xdist"])
-def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_path, xdist):
-    proc, pids, tmp = start_sleeping_session(pytester, tmp_path, *(["-n", "2"] if xdist else []))
+def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_path, short_tmp, xdist):
+    proc, pids, tmp = start_sleeping_session(pytester, tmp_path, short_tmp, *(["-n", "2"] if xdist else []))
     try:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -329,8 +334,8 @@ def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_
 
 
 @pytest.mark.long
-def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_folder(pytester, tmp_path):
-    proc, pids, tmp = start_sleeping_session(pytester, tmp_path)
+def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_folder(pytester, tmp_path, short_tmp):
+    proc, pids, tmp = start_sleeping_session(pytester, tmp_path, short_tmp)
     try:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
