@@ -72,14 +72,7 @@ def returns_unpicklable(ctx):
 
 def listening_addresses(ctx):
     """Local addresses of this process's listening TCP sockets."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
+    inodes = _socket_inodes()
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as file:
