@@ -19,11 +19,12 @@ from .errors import (
     WorldTimeout,
 )
 from .faults import Fault, FaultPlan
+from .options import DEFAULT_DEADLINE, WorldOptions
 from .progress import Progress, ProgressBar
 from .result import RankOutcome, WorldResult
 from .scenario import Scenario, ScenarioReport, check_report, run_scenario
 from .seeds import derive_seed
-from .spec import DEFAULT_DEADLINE, WorldSpec, make_spec
+from .spec import WorldSpec, make_spec
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -44,6 +45,7 @@ __all__ = [
     "UsageError",
     "WorldFailed",
     "WorldResult",
+    "WorldOptions",
     "WorldSpec",
     "WorldSpecError",
     "WorldTimeout",

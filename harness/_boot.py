@@ -13,33 +13,33 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .faults import FaultPlan
+from .options import WorldOptions
 from .spec import EntryRef
 
 
 @dataclass(frozen=True)
 class Boot:
-    """What a rank needs to know, sent from the supervisor."""
+    """What a rank needs to know, sent from the supervisor: its place, its
+    program, and the world's options (every one, as checked by make_spec)."""
 
     rank: int
     names: tuple[str, ...]  # a spawn world's are placeholders until its ranks name themselves
-    seed: int
     workdir: str
     entry: EntryRef
-    payload: bytes
-    faults: FaultPlan
-    fuzz: float
-    rpc_timeout: float
-    deadline: float
+    payload: bytes  # the pickled (args, kwargs)
+    options: WorldOptions
     sys_path: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
     spawned: bool = False
     master_port: int = 0
     netns: Any = None  # the world's network namespace (_netns.Namespace), if it has one
 
+    @property
+    def seed(self) -> int:
+        return self.options.seed  # type: ignore[return-value]  # drawn by make_spec
+
 
 def rank_file(workdir: str, rank: int, what: str) -> str:
-    """Where rank files live: log, events, stacks."""
+    """Where rank files live: ``log``, ``events``, ``stacks``."""
     return os.path.join(workdir, f"rank{rank}.{what}")
 
 

@@ -27,7 +27,9 @@ from . import _netns, _workdirs
 from ._supervisor import Supervisor
 from .errors import WorldFailed, WorldSpecError, WorldTimeout
 from .faults import FaultPlan
+from .options import arguments
 from .progress import Progress
+from .repro import python_call
 from .result import WorldResult
 from .spec import WorldSpec, make_spec
 
@@ -127,7 +129,7 @@ def run_world(
     failpoints: Sequence[str] | None = None,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
-    fuzz: float = 0.0,
+    fuzz: float | None = None,
     env: Mapping[str, str] | None = None,
     isolate: bool | None = None,
     repro: str = "",
@@ -147,11 +149,7 @@ def run_world(
     (for ranks that must reach a service on the host).
     """
     __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
-    spec = make_spec(
-        entry, world_size, names=names, seed=seed, deadline=deadline, bringup=bringup,
-        rpc_timeout=rpc_timeout, faults=faults, failpoints=failpoints, args=args, kwargs=kwargs,
-        fuzz=fuzz, env=env, repro=repro, isolate=isolate,
-    )
+    spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs, repro=repro, **arguments(locals()))
     result = launch(spec, on_progress=on_progress)
     if check:
         raise_for_failures(result)
@@ -171,7 +169,7 @@ def spawn(
     rpc_timeout: float | None = None,
     faults: FaultPlan | str | None = None,
     failpoints: Sequence[str] | None = None,
-    fuzz: float = 0.0,
+    fuzz: float | None = None,
     env: Mapping[str, str] | None = None,
     isolate: bool | None = None,
     repro: str = "",
@@ -186,11 +184,8 @@ def spawn(
     before any process starts). Everything else is as :func:`run_world`.
     """
     __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
-    spec = make_spec(
-        fn, nprocs, names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout,
-        faults=faults, failpoints=failpoints, args=args, kwargs=kwargs, fuzz=fuzz, env=env, repro=repro,
-        spawned=True, isolate=isolate, where="spawn()",
-    )
+    spec = make_spec(fn, nprocs, names=names, args=args, kwargs=kwargs, repro=repro, spawned=True,
+                     where="spawn()", **arguments(locals()))
     result = launch(spec, on_progress=on_progress)
     if check:
         raise_for_failures(result)
@@ -227,16 +222,15 @@ def launch(
     workdir = _workdirs.make()
     netns = None
     try:
-        netns, isolation = world_namespace(spec.isolate)
+        netns, isolation = world_namespace(spec.options.isolate)
         mp = _mp_context()
-        supervisor = Supervisor(spec, workdir, lambda boot, outcome: _start_rank(mp, boot, outcome),
-                                on_progress, master_port=_free_port() if spec.spawned else 0, netns=netns,
-                                isolation=isolation)
+        supervisor = Supervisor(spec, workdir, lambda boot: _start_rank(mp, boot), on_progress,
+                                master_port=_free_port() if spec.spawned else 0, netns=netns, isolation=isolation)
         try:
             supervisor.run()
         finally:
             supervisor.kill_all()
-        result = supervisor.collect(spec.repro or default_repro(spec))
+        result = supervisor.collect(spec.repro or python_call(spec))
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
@@ -278,7 +272,7 @@ def world_namespace(isolate: bool | None) -> tuple[Any, str]:
     return namespace, f"a network namespace of its own ({how})"
 
 
-def _start_rank(mp: Any, boot: Any, outcome: Any) -> tuple[Any, Any]:
+def _start_rank(mp: Any, boot: Any) -> tuple[Any, Any]:
     from ._boot import main
 
     ours, theirs = mp.Pipe(duplex=True)
@@ -294,27 +288,3 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def default_repro(spec: WorldSpec) -> str:
-    """A Python call that runs the same world again: valid Python, with
-    everything the world was given (arguments as their repr, which is code
-    for ordinary values)."""
-    if spec.spawned:
-        text = f"harness.spawn({str(spec.entry)!r}, args={spec.args!r}, nprocs={spec.world_size}"
-        if all(spec.names):
-            text += f", names={list(spec.names)}"
-    else:
-        text = f"harness.run_world({str(spec.entry)!r}, names={list(spec.names)}"
-        if spec.args:
-            text += f", args={spec.args!r}"
-    if spec.kwargs:
-        text += f", kwargs={dict(spec.kwargs)!r}"
-    text += f", seed={spec.seed}"
-    if spec.faults:
-        text += f", faults={str(spec.faults)!r}"
-    if spec.failpoints is not None:
-        text += f", failpoints={list(spec.failpoints)!r}"
-    if spec.fuzz:
-        text += f", fuzz={spec.fuzz}"
-    return text + ")"

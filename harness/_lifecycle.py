@@ -25,6 +25,7 @@ from typing import Any
 
 import torch.distributed.rpc as rpc
 
+from . import _messages as msg
 from .context import EventLog, RankContext
 from .rank_setup import rpc_backend, tensorpipe_options
 
@@ -70,11 +71,15 @@ def original_shutdown(graceful: bool) -> None:
 class Lifecycle:
     """One rank's joining and leaving, reported to its supervisor."""
 
-    def __init__(self, *, ctx: RankContext, events: EventLog, send: Callable[[tuple], None], conn: Connection,
-                 init_method: str, rpc_timeout: float, spawned: bool) -> None:
+    def __init__(self, *, ctx: RankContext, events: EventLog, send: Callable[[msg.ToSupervisor], None],
+                 conn: Connection, init_method: str, rpc_timeout: float, spawned: bool,
+                 program_timeout: float | None = None) -> None:
+        """``rpc_timeout`` is the world's; ``program_timeout`` the one the
+        world was given explicitly (None: a spawned program keeps its own)."""
         global _current
         self.ctx, self.events, self.send, self.conn = ctx, events, send, conn
         self.init_method, self.rpc_timeout, self.spawned = init_method, rpc_timeout, spawned
+        self.program_timeout = program_timeout
         self.phase = "starting"  # starting, entry, shutdown, exiting
         self.joined = False
         self.left = False
@@ -114,7 +119,9 @@ class Lifecycle:
 
     def _merged_backend(self, name: str, backend: Any, options: Any) -> tuple[Any, Any]:
         init_method = getattr(options, "init_method", DEFAULT_INIT_METHOD)
-        timeout = getattr(options, "rpc_timeout", self.rpc_timeout)
+        # A timeout the world was given wins over the program's own options
+        # (even default ones, which cannot be told from chosen ones).
+        timeout = self.program_timeout or getattr(options, "rpc_timeout", self.rpc_timeout)
         threads = getattr(options, "num_worker_threads", None)
         ours, merged = rpc_backend(
             self.ctx, self.init_method if init_method == DEFAULT_INIT_METHOD else init_method, timeout,
@@ -132,7 +139,7 @@ class Lifecycle:
         self.joined = True
         self.phase = "entry"
         self.events.write("init_rpc")
-        self.send(("ready", names))
+        self.send(msg.Joined(tuple(names)))
         self.events.write("entry_start")
 
     # -- leaving ------------------------------------------------------------------------
@@ -146,10 +153,12 @@ class Lifecycle:
         self.ctx.flush_progress()  # what its RPC handlers reported since
         self.ctx.record_hits()
         self.events.write("entry_done")
-        self.send(("done", value))
+        self.send(msg.EntryDone(value))
         self.phase = "shutdown"
-        message = self.conn.recv()  # ("shutdown", graceful)
-        graceful = graceful and bool(message[1])
+        word = self.conn.recv()
+        if not isinstance(word, msg.Shutdown):
+            raise RuntimeError(f"the supervisor said {word!r} where a Shutdown was due")
+        graceful = graceful and word.graceful
         self.ctx.flush_progress()
         self.events.write("shutdown_start", graceful=graceful)
         assert _original_shutdown is not None
@@ -160,7 +169,20 @@ class Lifecycle:
         self.events.write("shutdown_done")
         self.left = True
         self.phase = "exiting"
-        self.send(("shut",))
+        self.send(msg.ShutDown())
+
+    def wait_for_exit(self) -> None:
+        """After a shutdown: wait until every rank has shut down. A rank that
+        ended at once could take with it what a peer's shutdown still talks
+        to: a program's own store (``tcp://``), which rank 0 hosts."""
+        if not self.left:
+            return
+        try:
+            word = self.conn.recv()
+        except (EOFError, OSError):  # the supervisor is gone: nothing to wait for
+            return
+        if not isinstance(word, msg.Exit):
+            raise RuntimeError(f"the supervisor said {word!r} where an Exit was due")
 
 
 def spawn_environment(rank: int, world_size: int, master_port: int) -> dict[str, str]:

@@ -120,11 +120,6 @@ def _has_cap(cap: int) -> bool:
     return False
 
 
-def net_namespace_id(pid: int | str = "thread-self") -> str:
-    """``net:[inode]`` of a process (or of this thread): equal ids, same namespace."""
-    return os.readlink(f"/proc/{pid}/ns/net")
-
-
 # -- inside a fresh namespace -----------------------------------------------------
 def bring_up_loopback() -> None:
     """Set IFF_UP on ``lo`` in this thread's network namespace (what

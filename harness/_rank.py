@@ -28,9 +28,12 @@ import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
 from . import _callpoints, _lifecycle, _msgfaults, _rpc_hooks
+from . import _messages as msg
 from ._boot import Boot, rank_file
 from .context import EventLog, RankContext, activate
+from .errors import one_line
 from .faults import FaultPlan
+from .options import DEFAULT_RPC_TIMEOUT
 from .rank_setup import die_with_parent, intra_op_threads, pin_loopback
 from .seeds import seed_everything
 
@@ -64,6 +67,7 @@ def main(conn: Connection, boot: Boot) -> None:
 
 def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     _prepare_process(boot)
+    options = boot.options
     world_size = len(boot.names)
     ctx = RankContext(
         rank=boot.rank,
@@ -71,25 +75,26 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         world_size=world_size,
         world_seed=boot.seed,
         workdir=boot.workdir,
-        faults=boot.faults,
-        fuzz=boot.fuzz,
+        faults=options.faults,
+        fuzz=options.fuzz,
         events=events,
-        deadline=boot.deadline,
+        deadline=options.deadline,
     )
     activate(ctx)
     seed_everything(ctx.seed)
-    torch.set_num_threads(intra_op_threads(dict(boot.env), world_size))
+    torch.set_num_threads(intra_op_threads(dict(options.env), world_size))
     # Progress may be reported from RPC handler threads while the main thread
     # sends its own messages: one lock keeps the pipe's messages whole.
     send = _locked_sender(conn)
     ctx.progress_sink = _best_effort(send)
     life = _lifecycle.Lifecycle(
         ctx=ctx, events=events, send=send, conn=conn, init_method="file://" + os.path.join(boot.workdir, "store"),
-        rpc_timeout=boot.rpc_timeout, spawned=boot.spawned,
+        rpc_timeout=options.rpc_timeout or DEFAULT_RPC_TIMEOUT, spawned=boot.spawned,
+        program_timeout=options.rpc_timeout,
     )
     _rpc_hooks.start(ctx, events)
     try:
-        _arm_faults_without_code(boot.faults, ctx)
+        _arm_faults_without_code(options.faults, ctx)
         program = boot.entry.load(where=f"rank {boot.rank}")
         args, kwargs = pickle.loads(boot.payload)
         if boot.spawned:
@@ -108,7 +113,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
         ctx.flush_progress()
         ctx.record_hits()
-        events.write("raised", error=_one_line(error), phase=life.phase)
+        events.write("raised", error=one_line(error), phase=life.phase)
         send(_failure_message(error, life.phase))
         _shutdown_quietly()
         return 1
@@ -118,23 +123,24 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         # a tenth of a second for a parameter server's log of gradients.
         pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:  # an unpicklable return value
-        send(("raised", "result", f"TypeError: the entry's return value cannot be sent back: {error}", "", None))
+        send(msg.Failed("result", f"TypeError: the entry's return value cannot be sent back: {error}", ""))
         _shutdown_quietly()
         return 1
     if life.left:  # the program shut RPC down itself, through its supervisor
-        send(("result", pickled))
-        return 0
-    try:
-        life.leave(value=pickled)
-    except BaseException as error:  # noqa: BLE001
-        events.write("raised", error=_one_line(error), phase="shutdown")
-        send(_failure_message(error, "shutdown"))
-        return 1
+        send(msg.Value(pickled))
+    else:
+        try:
+            life.leave(value=pickled)
+        except BaseException as error:  # noqa: BLE001
+            events.write("raised", error=one_line(error), phase="shutdown")
+            send(_failure_message(error, "shutdown"))
+            return 1
+    life.wait_for_exit()
     return 0
 
 
 def _prepare_process(boot: Boot) -> None:
-    os.environ.update(boot.env)
+    os.environ.update(boot.options.env)
     pin_loopback()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     if boot.spawned:
@@ -156,20 +162,20 @@ def _arm_faults_without_code(plan: FaultPlan, ctx: RankContext) -> None:
         _msgfaults.enable_retry_log()
 
 
-def _locked_sender(conn: Connection) -> Callable[[tuple], None]:
+def _locked_sender(conn: Connection) -> Callable[[msg.ToSupervisor], None]:
     lock = threading.Lock()
 
-    def send(message: tuple) -> None:
+    def send(message: msg.ToSupervisor) -> None:
         with lock:
             conn.send(message)
 
     return send
 
 
-def _best_effort(send: Callable[[tuple], None]) -> Callable[[tuple], None]:
+def _best_effort(send: Callable[[msg.ToSupervisor], None]) -> Callable[[msg.ToSupervisor], None]:
     # Progress is not worth failing an RPC handler for: once the supervisor
     # stopped listening (the world is being torn down) it is dropped.
-    def send_progress(message: tuple) -> None:
+    def send_progress(message: msg.ToSupervisor) -> None:
         try:
             send(message)
         except (OSError, EOFError):
@@ -178,22 +184,17 @@ def _best_effort(send: Callable[[tuple], None]) -> Callable[[tuple], None]:
     return send_progress
 
 
-def _failure_message(error: BaseException, phase: str) -> tuple:
+def _failure_message(error: BaseException, phase: str) -> msg.Failed:
     text = "".join(traceback.format_exception(error))
     kind = type(error)
     # pytest's Skipped claims to live in builtins; its base class gives it away.
     if kind.__name__ == "Skipped" and any(c.__name__ == "OutcomeException" for c in kind.__mro__):
-        return ("skipped", phase, str(getattr(error, "msg", error)), text, None)
+        return msg.Failed(phase, str(getattr(error, "msg", error)), text, skipped=True)
     try:
         pickled = pickle.dumps(error)
     except Exception:  # many exceptions do not pickle; the text is what matters
         pickled = None
-    return ("raised", phase, _one_line(error), text, pickled)
-
-
-def _one_line(error: BaseException) -> str:
-    message = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    return msg.Failed(phase, one_line(error), text, pickled)
 
 
 def _shutdown_quietly() -> None:

@@ -12,10 +12,8 @@ collected before the ranks are killed.
 from __future__ import annotations
 
 import dataclasses
-import linecache
 import os
 import pickle
-import re
 import signal
 import sys
 import time
@@ -23,10 +21,14 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
+from . import _messages as msg
 from . import _tally
 from . import result as R
+from ._boot import Boot, rank_file
+from ._stacks import annotate_stacks, hide_hook_frames
 from .context import read_event_lines
 from .errors import FaultPlanError
+from .events import faults_fired
 from .faults import ENDING_KINDS
 from .progress import WORLD_ENDED, WORLD_UP, Progress
 from .result import RankOutcome, WorldResult
@@ -40,14 +42,14 @@ class Supervisor:
         self,
         spec: WorldSpec,
         workdir: str,
-        start_rank: Callable[[Any, Any], Any],
+        start_rank: Callable[[Boot], Any],
         on_progress: Callable[[Progress], None] | None = None,
         master_port: int = 0,
         netns: Any = None,
         isolation: str = "",
     ) -> None:
-        """``start_rank(boot, outcome)`` starts one rank's process; ``netns``
-        is the world's network namespace (``isolation`` says how, or why none)."""
+        """``start_rank(boot)`` starts one rank's process; ``netns`` is the
+        world's network namespace (``isolation`` says how, or why none)."""
         self.spec = spec
         self.workdir = workdir
         self.start_rank = start_rank
@@ -66,6 +68,8 @@ class Supervisor:
         self.shut: set[int] = set()  # ranks that reported a finished shutdown
         self.frozen: set[int] = set()  # ranks a freeze fault stopped: dead to the world
         self.shutdown_sent: bool | None = None  # None, or the graceful flag sent
+        self.exit_sent = False
+        self.signalled: set[int] = set()  # ranks the harness itself sent SIGKILL
         self.problems: list[str] = []
         self.timed_out = False
         self.budget = "deadline"
@@ -76,17 +80,14 @@ class Supervisor:
 
     # -- bring up -----------------------------------------------------------
     def run(self) -> None:
-        from ._boot import Boot
-
         self.started = time.monotonic()
         for outcome in self.outcomes:
             boot = Boot(
-                rank=outcome.rank, names=self.spec.names, seed=self.spec.seed, workdir=self.workdir,
-                entry=self.spec.entry, payload=self.spec.payload, faults=self.spec.faults, fuzz=self.spec.fuzz,
-                rpc_timeout=self.spec.rpc_timeout, deadline=self.spec.deadline, sys_path=tuple(sys.path),
-                env=self.spec.env, spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns,
+                rank=outcome.rank, names=self.spec.names, workdir=self.workdir, entry=self.spec.entry,
+                payload=self.spec.payload, options=self.spec.options, sys_path=tuple(sys.path),
+                spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns,
             )
-            proc, conn = self.start_rank(boot, outcome)
+            proc, conn = self.start_rank(boot)
             self.procs.append(proc)
             self.conns.append(conn)
             self.open_conns.add(outcome.rank)
@@ -109,7 +110,7 @@ class Supervisor:
             if self.joined_at is None:
                 limit, budget = self.forked_at + self.spec.bringup, "bring-up"
             else:
-                limit, budget = self.joined_at + self.spec.deadline, "deadline"
+                limit, budget = self.joined_at + self.spec.options.deadline, "deadline"
             remaining = limit - time.monotonic()
             if remaining <= 0:
                 self._on_budget(budget)
@@ -126,6 +127,7 @@ class Supervisor:
                 self._stop_survivors()
                 return
             self._maybe_release()
+            self._maybe_let_exit()
 
     def _drain(self, rank: int) -> None:
         conn = self.conns[rank]
@@ -135,45 +137,45 @@ class Supervisor:
         except (EOFError, OSError):
             self.open_conns.discard(rank)
 
-    def _on_message(self, rank: int, message: tuple) -> None:
+    def _on_message(self, rank: int, message: msg.ToSupervisor) -> None:
         outcome = self.outcomes[rank]
-        kind = message[0]
-        if kind == "ready":
-            outcome.phase = "entry"
-            self.ready.add(rank)
-            if self.spec.spawned:
-                self._named(rank, message[1])
-            if len(self.ready) == len(self.outcomes):
-                self.joined_at = time.monotonic()
-                self._tell(Progress(None, "world", note=WORLD_UP))
-        elif kind == "progress":
-            _, done, total, unit, metrics = message
-            outcome.progress = (done, total, unit)
-            self._tell(Progress(rank, outcome.name, done, total, unit, metrics))
-        elif kind in ("done", "result"):
-            if kind == "done":
-                outcome.phase = "done"
-            # Unpickled in collect(), once the ranks are shutting down: tensors
-            # unpickle at ~0.1 ms each, and a parameter server's log holds hundreds.
-            if message[1] is not None:
-                self.pickled_values[rank] = message[1]
-        elif kind == "shut":
-            self.shut.add(rank)
-            outcome.phase = "exiting"
-        elif kind == "frozen":
-            self.frozen.add(rank)
-            outcome.phase = "frozen"
-        elif kind in ("raised", "skipped"):
-            _, phase, error, text, pickled = message
-            outcome.status = R.RAISED if kind == "raised" else R.SKIPPED
-            outcome.phase = {"starting": "start-up", "result": "entry"}.get(phase, phase)
-            outcome.error = error
-            outcome.traceback = text
-            if pickled is not None:
-                try:
-                    outcome.value = pickle.loads(pickled)
-                except Exception:  # noqa: BLE001 - the text form is already kept
-                    pass
+        match message:
+            case msg.Joined(names):
+                outcome.phase = "entry"
+                self.ready.add(rank)
+                if self.spec.spawned:
+                    self._named(rank, names)
+                if len(self.ready) == len(self.outcomes):
+                    self.joined_at = time.monotonic()
+                    self._tell(Progress(None, "world", note=WORLD_UP))
+            case msg.Progress(done, total, unit, metrics):
+                outcome.progress = (done, total, unit)
+                self._tell(Progress(rank, outcome.name, done, total, unit, metrics))
+            case msg.EntryDone(value) | msg.Value(value):
+                if isinstance(message, msg.EntryDone):
+                    outcome.phase = "done"
+                # Unpickled in collect(), once the ranks are shutting down: tensors
+                # unpickle at ~0.1 ms each, and a parameter server's log holds hundreds.
+                if value is not None:
+                    self.pickled_values[rank] = value
+            case msg.ShutDown():
+                self.shut.add(rank)
+                outcome.phase = "exiting"
+            case msg.Frozen():
+                self.frozen.add(rank)
+                outcome.phase = "frozen"
+            case msg.Failed(phase, error, text, pickled, skipped):
+                outcome.status = R.SKIPPED if skipped else R.RAISED
+                outcome.phase = {"starting": "start-up", "result": "entry"}.get(phase, phase)
+                outcome.error = error
+                outcome.traceback = text
+                if pickled is not None:
+                    try:
+                        outcome.value = pickle.loads(pickled)
+                    except Exception:  # noqa: BLE001 - the text form is already kept
+                        pass
+            case _:
+                self.problems.append(f"{outcome.label} sent the harness something it does not know: {message!r}")
 
     def _named(self, rank: int, names: tuple[str, ...]) -> None:
         """A spawned program's rank joined: its init_rpc says every worker's name."""
@@ -187,7 +189,8 @@ class Supervisor:
         for outcome, name in zip(self.outcomes, names, strict=True):
             outcome.name = name
         try:
-            self.spec.faults.validate(self.names, failpoints=self.spec.failpoints, where="spawn(): faults")
+            self.spec.options.faults.validate(self.names, failpoints=self.spec.options.failpoints,
+                                              where="spawn(): faults")
         except FaultPlanError as error:
             self.problems.append(str(error))
 
@@ -213,8 +216,7 @@ class Supervisor:
             outcome.status = R.DIED
 
     def _plan_killed(self, rank: int) -> bool:
-        events = _read_events(self.workdir, rank)
-        return any(e.get("kind") == "fault" and e.get("fault_kind") in ENDING_KINDS for e in events)
+        return any(fired.kind in ENDING_KINDS for fired in faults_fired(_read_events(self.workdir, rank)))
 
     def _maybe_release(self) -> None:
         """Once every live rank finished its entry, tell all how to shut down
@@ -231,7 +233,19 @@ class Supervisor:
         for outcome in alive:
             outcome.phase = "shutdown"
             try:
-                self.conns[outcome.rank].send(("shutdown", graceful))
+                self.conns[outcome.rank].send(msg.Shutdown(graceful))
+            except OSError:  # it died meanwhile; its sentinel will say how
+                pass
+
+    def _maybe_let_exit(self) -> None:
+        """Once every rank still running has shut down, let them all end
+        (a rank waits for this: see ``Lifecycle.wait_for_exit``)."""
+        if self.exit_sent or not self.running or not self.running <= self.shut:
+            return
+        self.exit_sent = True
+        for rank in sorted(self.running):
+            try:
+                self.conns[rank].send(msg.Exit())
             except OSError:  # it died meanwhile; its sentinel will say how
                 pass
 
@@ -248,10 +262,10 @@ class Supervisor:
 
     def _stop_survivors(self) -> None:
         # Survivors keep the STOPPED status they started with: not failures.
-        # Those still in their entry may be why another rank failed (a peer
-        # stuck on a lock, a server waiting on them): their stacks are kept.
-        busy = [r for r in sorted(self.running)
-                if not self.outcomes[r].failed and self.outcomes[r].phase in ("starting", "entry")]
+        # Any of them may be why another rank failed (a peer stuck on a lock,
+        # a server waiting on them, a passive rank inside its own shutdown
+        # still serving a call): the stacks of every one still running are kept.
+        busy = [r for r in sorted(self.running) if not self.outcomes[r].failed and r not in self.frozen]
         if any(o.failed for o in self.outcomes) or self.problems:
             self._dump_stacks(busy)
         self.kill_all()
@@ -273,6 +287,7 @@ class Supervisor:
     def kill_all(self) -> None:
         """SIGKILL every rank still running and reap it. Idempotent."""
         for rank in sorted(self.running):
+            self.signalled.add(rank)
             _signal(self.procs[rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
             self.procs[rank].join(10)
@@ -281,10 +296,16 @@ class Supervisor:
             outcome.exitcode = code
             if code is not None and code < 0:
                 outcome.signal = _signal_name(-code)
-            # Its kill fault may have fired just before a peer's report of the
-            # death stopped the world: the fault event is written before SIGKILL.
-            if outcome.status == R.STOPPED and outcome.signal == "SIGKILL" and self._plan_killed(rank):
+            if outcome.status != R.STOPPED:
+                continue
+            if outcome.signal == "SIGKILL" and self._plan_killed(rank):
+                # Its kill fault fired just before a peer's report of the
+                # death stopped the world: the fault event is written before SIGKILL.
                 outcome.status = R.KILLED
+            elif outcome.signal not in (None, "SIGKILL"):
+                # It died of something of its own (torch aborting it, a crash)
+                # before the harness's SIGKILL reached it: not stopped by us.
+                outcome.status = R.DIED
         self.running.clear()
         for conn in self.conns:
             conn.close()
@@ -302,14 +323,12 @@ class Supervisor:
                 outcome.error = (f"the entry's return value cannot be unpickled here: "
                                  f"{type(error).__name__}: {error}")
         for outcome in self.outcomes:
-            outcome.output = _read_text(os.path.join(self.workdir, f"rank{outcome.rank}.log"))
-            outcome.stacks = annotate_stacks(
-                _read_text(os.path.join(self.workdir, f"rank{outcome.rank}.stacks"))
-            )
+            outcome.output = _read_text(rank_file(self.workdir, outcome.rank, "log"))
+            outcome.stacks = annotate_stacks(_read_text(rank_file(self.workdir, outcome.rank, "stacks")))
             if outcome.traceback:
                 outcome.traceback = hide_hook_frames(outcome.traceback)
             outcome.events = _read_events(self.workdir, outcome.rank)
-        plan = self.spec.faults
+        plan = self.spec.options.faults
         _tally.add_message_failures(plan, self.outcomes)
         problems = list(self.problems) + _tally.lost_messages(plan, self.outcomes)
         if not self.timed_out and not any(o.failed or o.status == R.SKIPPED for o in self.outcomes):
@@ -320,7 +339,7 @@ class Supervisor:
             names=tuple(o.name for o in self.outcomes),
             seed=self.spec.seed,
             faults=plan,
-            deadline=self.spec.deadline,
+            deadline=self.spec.options.deadline,
             ranks=self.outcomes,
             duration=(self.ended or time.monotonic()) - self.started,
             timed_out=self.timed_out,
@@ -332,61 +351,9 @@ class Supervisor:
         )
 
 
-_RANK_FILE = os.path.join("harness", "_rank.py")
-_HOOKS_FILE = os.path.join("harness", "_rpc_hooks.py")
-_WATCH_FILE = os.path.join("harness", "rank_setup.py")
-_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
-
-
-def annotate_stacks(text: str) -> str:
-    """Make a faulthandler dump readable: add each frame's source line (the
-    dump has none, and ``failpoint("trainer.step")`` is what a reader needs),
-    drop the harness's own watchdog thread and the bootstrap frames below a
-    rank's entry."""
-    blocks = []
-    for block in text.strip().split("\n\n"):
-        lines = block.splitlines()
-        if any(_WATCH_FILE in line and line.endswith(" in watch") for line in lines):
-            continue
-        out = []
-        for line in lines:
-            match = _FRAME_RE.match(line)
-            if match and match["file"].endswith(_HOOKS_FILE):
-                continue  # the harness's RPC wrappers: between the program's frames and torch's
-            out.append(line)
-            if not match:
-                continue
-            source = linecache.getline(match["file"], int(match["line"])).strip()
-            if source:
-                out.append(f"    {source}")
-            if match["file"].endswith(_RANK_FILE):
-                out.append("  (harness bootstrap frames omitted)")
-                break
-        blocks.append("\n".join(out))
-    return "\n\n".join(blocks)
-
-
-_TRACEBACK_FRAME_RE = re.compile(r'^  File "(?P<file>[^"]+)", line \d+, in ')
-
-
-def hide_hook_frames(text: str) -> str:
-    """A Python traceback without the frames of the harness's RPC wrappers
-    (each a ``File`` line and the indented lines under it)."""
-    out, skipping = [], False
-    for line in text.splitlines(keepends=True):
-        match = _TRACEBACK_FRAME_RE.match(line)
-        if match:
-            skipping = match["file"].endswith(_HOOKS_FILE)
-        elif not line.startswith("    "):
-            skipping = False
-        if not skipping:
-            out.append(line)
-    return "".join(out)
-
-
 def _stacks_written(workdir: str, rank: int) -> bool:
     try:
-        return os.path.getsize(os.path.join(workdir, f"rank{rank}.stacks")) > 0
+        return os.path.getsize(rank_file(workdir, rank, "stacks")) > 0
     except OSError:
         return False
 
@@ -400,7 +367,7 @@ def _read_text(path: str) -> str:
 
 
 def _read_events(workdir: str, rank: int) -> list[dict]:
-    return read_event_lines(os.path.join(workdir, f"rank{rank}.events"))
+    return read_event_lines(rank_file(workdir, rank, "events"))
 
 
 def _signal(pid: int | None, sig: int) -> None:

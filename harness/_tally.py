@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from . import _msgfaults
+from .events import FaultFired
 from .faults import TORCH_SEND_TRIES, Fault, FaultPlan
 from .result import RankOutcome
 
@@ -31,23 +32,16 @@ def add_message_failures(plan: FaultPlan, outcomes: list[RankOutcome]) -> None:
             continue
         near = next((e["t"] for e in outcome.events if "t" in e), None)
         for hit, (t, attempt) in enumerate(_msgfaults.failed_sends(outcome.output, near=near), start=1):
-            outcome.events.append({"t": t, "rank": outcome.rank, "kind": "fault", "fault": str(fault),
-                                   "fault_kind": "msgfail", "point": fault.point, "hit": hit, "try": attempt})
+            outcome.events.append(FaultFired(t, outcome.rank, str(fault), fault.kind, fault.point, hit,
+                                             attempt).as_event())
         outcome.events.sort(key=lambda e: e.get("t", 0.0))
-
-
-def fault_counts(plan: FaultPlan, outcomes: list[RankOutcome]) -> dict[str, int]:
-    """How often each fault of the plan fired (a send failed or delayed
-    counts once), by the fault's text."""
-    fired = Counter(e["fault"] for o in outcomes for e in o.events if e.get("kind") == "fault")
-    return {str(f): fired.get(str(f), 0) for f in plan}
 
 
 def unfired(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
     """One line for each fault that is not optional and never fired."""
-    counts = fault_counts(plan, outcomes)
+    fired = Counter(f.fault for o in outcomes for f in o.fired_faults())
     by_name = {o.name: o for o in outcomes}
-    return [_never_fired(f, by_name.get(f.target)) for f in plan if not f.optional and counts[str(f)] == 0]
+    return [_never_fired(f, by_name.get(f.target)) for f in plan if not f.optional and not fired[str(f)]]
 
 
 def lost_messages(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
@@ -57,8 +51,8 @@ def lost_messages(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
     for fault in plan:
         if fault.kind != "msgfail":
             continue
-        lost = [e for o in outcomes for e in o.events
-                if e.get("fault") == str(fault) and e.get("try") == TORCH_SEND_TRIES]
+        lost = [f for o in outcomes for f in o.fired_faults()
+                if f.fault == str(fault) and f.attempt == TORCH_SEND_TRIES]
         if lost:
             out.append(
                 f"{fault} failed {len(lost)} message(s) on all {TORCH_SEND_TRIES} of torch's tries: they were "
@@ -72,7 +66,7 @@ def _never_fired(fault: Fault, outcome: RankOutcome | None) -> str:
     head = f"fault {fault} never fired"
     if outcome is None:
         return f"{head}: no rank is called {fault.target!r}"
-    if fault.kind in ("msgfail", "msgdelay"):
+    if not fault.spec.at_failpoint:
         return (f"{head}: {fault.target} sent no {fault.point} message the plan could fail or delay "
                 "(inside a dist_autograd context calls travel as FORWARD_AUTOGRAD_REQ); "
                 "mark it optional with '?' if that is expected")

@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import _messages as msg
 from .errors import InjectedFault
+from .events import HITS, FaultFired
 from .faults import FAILPOINT_KINDS, Fault, FaultPlan
 from .progress import check_progress
 from .seeds import derive_seed, rank_seed
@@ -97,6 +99,12 @@ class EventLog:
         record.update(data)
         self.append((json.dumps(record, default=repr) + "\n").encode())
 
+    def record(self, fired: FaultFired) -> None:
+        """Write a fault that fired."""
+        event = fired.as_event()
+        event["tid"] = threading.get_ident()
+        self.append((json.dumps(event) + "\n").encode())
+
     def append(self, line: bytes) -> None:
         """Append one event already encoded as a JSON line (for hot paths)."""
         if self._map is None:
@@ -161,10 +169,10 @@ class RankContext:
         self._count_all = False
         self._lock = threading.Lock()
         # Where progress (and a freeze) goes besides the event log: the supervisor's pipe.
-        self.progress_sink: Callable[[tuple], None] | None = None
+        self.progress_sink: Callable[[msg.Progress | msg.Frozen], None] | None = None
         self._progress_lock = threading.Lock()
         self._progress_sent = 0.0
-        self._progress_pending: tuple | None = None
+        self._progress_pending: msg.Progress | None = None
         self.names: tuple[str, ...] = ()
         self.name: str | None = None
         self.world_size = len(names) if world_size is None else world_size
@@ -190,7 +198,7 @@ class RankContext:
         mine = self.faults.for_target(name)
         with self._lock:
             for fault in mine:
-                if fault.kind in FAILPOINT_KINDS:
+                if fault.spec.at_failpoint:
                     self._armed.setdefault(fault.point, []).append(fault)
             self._count_all = bool(mine)
 
@@ -216,8 +224,7 @@ class RankContext:
 
         Reports come at most every PROGRESS_INTERVAL seconds (the last one
         and a finished one always): a loop may call this every iteration."""
-        values = check_progress(done, total, unit, metrics)
-        update = (done, total, unit, values)
+        update = msg.Progress(done, total, unit, check_progress(done, total, unit, metrics))
         # Decided and sent under one lock: reports from several threads
         # reach the supervisor in the order they were let through.
         with self._progress_lock:
@@ -237,11 +244,11 @@ class RankContext:
             if update is not None:
                 self._send_progress(update)
 
-    def _send_progress(self, update: tuple) -> None:
-        done, total, unit, values = update
-        self._events.write("progress", done=done, total=total, unit=unit, metrics=values)
+    def _send_progress(self, update: msg.Progress) -> None:
+        self._events.write("progress", done=update.done, total=update.total, unit=update.unit,
+                           metrics=update.metrics)
         if self.progress_sink is not None:
-            self.progress_sink(("progress", done, total, unit, values))
+            self.progress_sink(update)
 
     def hits(self) -> dict[str, int]:
         """How often each failpoint was reached so far: armed and fuzzed ones,
@@ -254,7 +261,7 @@ class RankContext:
         does this as its entry ends and before a fault ends it): what a
         report names when that fault never fired."""
         if self._count_all:
-            self._events.write("hits", hits=self.hits())
+            self._events.write(HITS, hits=self.hits())
 
     def failpoint(self, name: str) -> None:
         """Reach failpoint ``name``: fire the faults armed there for this hit."""
@@ -282,27 +289,48 @@ class RankContext:
             time.sleep(delay)
 
     def _fire(self, fault: Fault, hit: int) -> None:
-        self._events.write("fault", fault=str(fault), fault_kind=fault.kind, point=fault.point, hit=hit)
+        self._events.record(FaultFired(time.time(), self.rank, str(fault), fault.kind, fault.point, hit))
         if fault.kind != "delay":
             self.record_hits()  # this fault may end the rank (or its entry) here
-        if fault.kind == "delay":
-            time.sleep(fault.seconds)
-        elif fault.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(60)  # SIGKILL is delivered before this returns
-        elif fault.kind == "raise":
-            message = fault.arg or f"injected fault {fault} fired on hit {hit}"
-            raise InjectedFault(f"{message} (rank {self.rank}, {self.name})")
-        elif fault.kind == "hang":
-            hang_at_failpoint(fault.point)
-        elif fault.kind == "freeze":
-            # Stopped, not dead: its sockets stay open, so peers see no EOF,
-            # only calls that never come back (a hung host, a partition).
-            # The supervisor kills it once the others are done.
-            if self.progress_sink is not None:
-                self.progress_sink(("frozen",))
-            os.kill(os.getpid(), signal.SIGSTOP)
-            hang_at_failpoint(fault.point)  # if it is ever continued
+        FIRING[fault.kind](self, fault, hit)
+
+
+# What each failpoint kind does in the rank where it fires (the rest of what
+# a kind is lives in faults.FAULT_KINDS).
+
+
+def _delay(ctx: RankContext, fault: Fault, hit: int) -> None:
+    time.sleep(fault.seconds)
+
+
+def _kill(ctx: RankContext, fault: Fault, hit: int) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)  # SIGKILL is delivered before this returns
+
+
+def _raise(ctx: RankContext, fault: Fault, hit: int) -> None:
+    message = fault.arg or f"injected fault {fault} fired on hit {hit}"
+    raise InjectedFault(f"{message} (rank {ctx.rank}, {ctx.name})")
+
+
+def _hang(ctx: RankContext, fault: Fault, hit: int) -> None:
+    hang_at_failpoint(fault.point)
+
+
+def _freeze(ctx: RankContext, fault: Fault, hit: int) -> None:
+    # Stopped, not dead: its sockets stay open, so peers see no EOF, only
+    # calls that never come back (a hung host, a partition). The supervisor
+    # kills it once the others are done.
+    if ctx.progress_sink is not None:
+        ctx.progress_sink(msg.Frozen())
+    os.kill(os.getpid(), signal.SIGSTOP)
+    hang_at_failpoint(fault.point)  # if it is ever continued
+
+
+FIRING: dict[str, Callable[[RankContext, Fault, int], None]] = {
+    "delay": _delay, "kill": _kill, "raise": _raise, "hang": _hang, "freeze": _freeze,
+}
+assert set(FIRING) == set(FAILPOINT_KINDS), "every failpoint kind fires somehow"
 
 
 def hang_at_failpoint(point: str) -> None:

@@ -6,6 +6,7 @@ involved, say what happened and what to do next.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,3 +75,43 @@ class GradientMismatch(HarnessError, AssertionError):
 
 class InjectedFault(HarnessError, RuntimeError):
     """Raised inside a rank by a ``raise`` fault at a failpoint."""
+
+
+# -- one line of an error ----------------------------------------------------------------
+
+# torch prefixes the message of an exception raised by code a peer ran for
+# us with the peer, and nests each hop's message (escaped) in the next.
+_REMOTE_HOP_RE = re.compile(r"On WorkerInfo\(id=\d+, name=([^)]+)\):(?:\n|\\n)")
+_REPR_RE = re.compile(r"^(?P<type>[A-Za-z_][A-Za-z0-9_.]*)\((?P<quote>['\"])(?P<message>.*)(?P=quote)\)$")
+
+
+def is_remote_exception(error: BaseException) -> bool:
+    """Whether ``error`` was raised by the code a peer ran for us (torch tags
+    such errors with the worker they came from) rather than by the transport."""
+    return _REMOTE_HOP_RE.search(str(error)) is not None
+
+
+def origin(error: BaseException) -> str:
+    """What a remote exception was where it was first raised, and where:
+    ``InjectedFault: disk full (raised on w1)``. Other errors: ``Type: message``."""
+    text = str(error)
+    hops = list(_REMOTE_HOP_RE.finditer(text))
+    if not hops:
+        return f"{type(error).__name__}: {text.strip()}"
+    raised = re.split(r"\n|\\n", text[hops[-1].end():], maxsplit=1)[0].replace("\\'", "'").strip()
+    match = _REPR_RE.match(raised)  # the remote side writes repr(error): Type('message')
+    if match:
+        raised = f"{match['type']}: {match['message']}" if match["message"] else match["type"]
+    return f"{raised} (raised on {hops[-1].group(1)})"
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message``; for an exception a peer raised,
+    its innermost message and where it was raised (the first line of such an
+    error is only ``On WorkerInfo(...):``)."""
+    name = type(error).__name__
+    if is_remote_exception(error):
+        inner = origin(error)
+        return inner if inner.split(":", 1)[0].split(" (", 1)[0] == name else f"{name}: {inner}"
+    lines = str(error).strip().splitlines()
+    return f"{name}: {lines[0]}" if lines else name

@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import GradientMismatch
-
 DEFAULT_RTOL = 1e-5
 DEFAULT_ATOL = 1e-6
 
@@ -87,17 +85,3 @@ def compare(
         if a.shape != e.shape or not torch.allclose(a, e, rtol=rtol, atol=atol):
             mismatches.append(Mismatch(scenario, step, rank, name, max_abs, max_rel, atol, rtol, seed, what))
     return worst, mismatches
-
-
-def raise_mismatches(mismatches: list[Mismatch], *, replay: str = "", limit: int = 10) -> None:
-    """Raise one GradientMismatch listing (up to ``limit``) mismatches."""
-    __tracebackhide__ = True
-    if not mismatches:
-        return
-    lines = [f"{len(mismatches)} tensor(s) differ from the single-process baseline:"]
-    lines += [f"  {m}" for m in mismatches[:limit]]
-    if len(mismatches) > limit:
-        lines.append(f"  ... and {len(mismatches) - limit} more")
-    if replay:
-        lines.append(f"Replay: {replay}")
-    raise GradientMismatch("\n".join(lines))

@@ -10,9 +10,7 @@ never imports torch.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,18 +21,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .progress import Progress
     from .result import WorldResult
 
-SEED_OPTION = "--rpc-seed"
+from .options import DECLARED, MARKER_KEYS, arguments
+from .repro import SEED_FLAG
+
+# The plugin's own settings (not world options, which options.py declares).
+SEED_OPTION = SEED_FLAG
 SEED_HELP = "root seed of the session: every world's seed derives from it and the test id (default: random, printed in the header)"
-DEADLINE_OPTION = "--rpc-deadline"
-DEADLINE_HELP = ("deadline in seconds of each RPC world, counted from when every rank has joined; a world still "
-                 "running then fails with every rank's stacks (default: 60)")
-FUZZ_OPTION = "--rpc-fuzz"
-FUZZ_HELP = "schedule fuzzing: largest seeded random delay in seconds at failpoints and message sends (default: 0, off)"
-BRINGUP_OPTION = "--rpc-bringup"
-BRINGUP_HELP = ("bring-up budget in seconds of each RPC world: every rank forked and through init_rpc "
-                "(default: 60, or 0.5 s a rank for larger worlds); the deadline counts from its end")
-CALL_TIMEOUT_OPTION = "--rpc-call-timeout"
-CALL_TIMEOUT_HELP = "seconds an RPC waits for its answer in the worlds' ranks (default: 60, torch's own)"
 PRELOAD_INI = "rpc_preload"
 PRELOAD_HELP = ("modules the worlds' forkserver imports once, so that no rank does (besides pytest and every "
                 "test module that uses the rpc_world fixture), e.g. a helper module whose entries run_world runs")
@@ -42,19 +34,16 @@ TRACE_OPTION = "--rpc-trace-dir"
 TRACE_HELP = "folder for the Chrome trace and timeline picture of every failing world (default: .rpc-harness/traces under the rootdir)"
 MARKER = "rpc_world"
 MARKER_HELP = (
-    "rpc_world(world_size=None, names=None, deadline=None, seed=None, faults=None, fuzz=None, bringup=None, "
-    "rpc_timeout=None): defaults for the worlds this test runs with the rpc_world fixture"
+    f"{MARKER}({', '.join(f'{key}=None' for key in MARKER_KEYS)}): defaults for the worlds this test runs with "
+    "the rpc_world fixture"
 )
-MARKER_KEYS = ("world_size", "names", "deadline", "seed", "faults", "fuzz", "bringup", "rpc_timeout")
+# World options a session sets for every world (a pytest flag and ini key each).
+SESSION_OPTIONS = {name: spec for name, spec in DECLARED.items() if spec.flag}
 
-# Options a world takes from the command line and the ini file too, when
-# neither the call nor the marker sets them: option -> (dest, flag, ini key).
-SESSION_OPTIONS = {
-    "deadline": ("rpc_deadline", DEADLINE_OPTION, "rpc_deadline"),
-    "fuzz": ("rpc_fuzz", FUZZ_OPTION, "rpc_fuzz"),
-    "bringup": ("rpc_bringup", BRINGUP_OPTION, "rpc_bringup"),
-    "rpc_timeout": ("rpc_call_timeout", CALL_TIMEOUT_OPTION, "rpc_call_timeout"),
-}
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
 
 _MAX_WORLD_SECTIONS = 2
 _session_seed_key = pytest.StashKey[int]()
@@ -64,18 +53,11 @@ _results_key = pytest.StashKey[list]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rpc-harness", "real torch.distributed.rpc worlds")
-    group.addoption(SEED_OPTION, dest="rpc_seed", default=None, help=SEED_HELP)
-    group.addoption(DEADLINE_OPTION, dest="rpc_deadline", default=None, help=DEADLINE_HELP)
-    group.addoption(FUZZ_OPTION, dest="rpc_fuzz", default=None, help=FUZZ_HELP)
-    group.addoption(BRINGUP_OPTION, dest="rpc_bringup", default=None, help=BRINGUP_HELP)
-    group.addoption(CALL_TIMEOUT_OPTION, dest="rpc_call_timeout", default=None, help=CALL_TIMEOUT_HELP)
-    group.addoption(TRACE_OPTION, dest="rpc_trace_dir", default=None, help=TRACE_HELP)
-    parser.addini("rpc_seed", SEED_HELP, default=None)
-    parser.addini("rpc_deadline", DEADLINE_HELP, default=None)
-    parser.addini("rpc_fuzz", FUZZ_HELP, default=None)
-    parser.addini("rpc_bringup", BRINGUP_HELP, default=None)
-    parser.addini("rpc_call_timeout", CALL_TIMEOUT_HELP, default=None)
-    parser.addini("rpc_trace_dir", TRACE_HELP, default=None)
+    flags = [(SEED_OPTION, SEED_HELP)] + [(spec.flag, spec.help) for spec in SESSION_OPTIONS.values()]
+    for flag, text in flags + [(TRACE_OPTION, TRACE_HELP)]:
+        assert flag is not None
+        group.addoption(flag, dest=_dest(flag), default=None, help=text)
+        parser.addini(_dest(flag), text, default=None)
     parser.addini(PRELOAD_INI, PRELOAD_HELP, type="linelist", default=[])
 
 
@@ -113,47 +95,49 @@ class _XdistSeedSharing:
         node.workerinput["rpc_harness_seed"] = self.config.stash[_session_seed_key]
 
 
+def _session_setting(config: pytest.Config, flag: str) -> tuple[str | None, str]:
+    """A session setting's raw text and where it came from: the command
+    line first, then the ini file."""
+    raw = config.getoption(_dest(flag))
+    if raw is not None:
+        return raw, flag
+    raw = config.getini(_dest(flag))
+    return (raw or None), f"ini {_dest(flag)}"
+
+
 def _session_seed(config: pytest.Config) -> int:
+    from .errors import WorldSpecError
+    from .options import check_seed
     from .seeds import fresh_seed
 
     workerinput = getattr(config, "workerinput", None)
     if workerinput and "rpc_harness_seed" in workerinput:
         return int(workerinput["rpc_harness_seed"])
-    raw, where = config.getoption("rpc_seed"), SEED_OPTION
+    raw, where = _session_setting(config, SEED_OPTION)
     if raw is None:
-        raw, where = config.getini("rpc_seed"), "ini rpc_seed"
-    if raw in (None, ""):
         return fresh_seed()
     try:
-        seed = int(raw, 0) if isinstance(raw, str) else int(raw)
-    except ValueError:
-        raise pytest.UsageError(f"{where}: invalid seed {raw!r}; use a whole number") from None
-    if not 0 <= seed < 2**63:
-        raise pytest.UsageError(f"{where}: invalid seed {raw!r}; use 0..2**63-1")
-    return seed
+        return check_seed(int(raw, 0), where)
+    except ValueError as error:  # WorldSpecError is one
+        message = str(error) if isinstance(error, WorldSpecError) else f"{where}: invalid seed {raw!r}; use a whole number"
+        raise pytest.UsageError(message) from None
 
 
-def _session_values(config: pytest.Config) -> dict[str, tuple[float, str]]:
+def _session_values(config: pytest.Config) -> dict[str, tuple[Any, str]]:
     """The world options the command line (first) or the ini file set, as
-    ``option -> (value, where)``; a bad value is a usage error at start-up."""
+    ``option -> (value, where)``; a bad value is a usage error at start-up,
+    checked here once rather than failing every test that starts a world."""
+    from .errors import WorldSpecError
+
     values = {}
-    for option, (dest, flag, ini) in SESSION_OPTIONS.items():
-        raw, where = config.getoption(dest), flag
+    for option, spec in SESSION_OPTIONS.items():
+        raw, where = _session_setting(config, spec.flag)  # type: ignore[arg-type]
         if raw is None:
-            raw, where = config.getini(ini), f"ini {ini}"
-        if raw in (None, ""):
             continue
         try:
-            value = float(raw)
-        except ValueError:
-            raise pytest.UsageError(f"{where}: invalid value {raw!r}; use a number of seconds") from None
-        # Checked here, once, rather than failing every test that starts a world.
-        if option == "fuzz":
-            if not 0 <= value <= 1:
-                raise pytest.UsageError(f"{where}: invalid fuzz {raw!r}; use the largest delay in seconds, 0..1")
-        elif not (math.isfinite(value) and value > 0):
-            raise pytest.UsageError(f"{where}: invalid value {raw!r}; use seconds > 0")
-        values[option] = (value, where)
+            values[option] = (spec.read(raw, where), where)
+        except WorldSpecError as error:
+            raise pytest.UsageError(str(error)) from None
     return values
 
 
@@ -263,7 +247,9 @@ class RpcWorld:
     @property
     def repro(self) -> str:
         """The pytest command that replays this test with the same seeds."""
-        return f"pytest {shlex.quote(self._request.node.nodeid)} {SEED_OPTION}={self.session_seed}"
+        from .repro import pytest_line
+
+        return pytest_line(self._request.node.nodeid, self.session_seed)
 
     def seed_for(self, index: int) -> int:
         """The seed of this test's ``index``-th world (0-based)."""
@@ -298,10 +284,8 @@ class RpcWorld:
         any unexpected rank failure fails it with every rank's report.
         """
         __tracebackhide__ = True
-        return self._world(entry, "run", world_size, dict(
-            names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout, faults=faults,
-            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, isolate=isolate, check=check,
-            on_progress=on_progress)
+        return self._world(entry, "run", dict(arguments(locals()), world_size=world_size, names=names), args=args,
+                           kwargs=kwargs, check=check, on_progress=on_progress)
 
     def spawn(
         self,
@@ -328,42 +312,30 @@ class RpcWorld:
         ``rpc.init_rpc`` and ``rpc.shutdown`` itself; see :func:`harness.spawn`.
         The guarantees and the report are those of :meth:`run`."""
         __tracebackhide__ = True
-        return self._world(fn, "spawn", nprocs, dict(
-            names=names, seed=seed, deadline=deadline, bringup=bringup, rpc_timeout=rpc_timeout, faults=faults,
-            fuzz=fuzz), failpoints=failpoints, args=args, kwargs=kwargs, env=env, isolate=isolate, check=check,
-            on_progress=on_progress)
+        return self._world(fn, "spawn", dict(arguments(locals()), world_size=nprocs, names=names), args=args,
+                           kwargs=kwargs, check=check, on_progress=on_progress)
 
-    def _world(self, entry: Any, how: str, size: int | None, options: dict[str, Any], *,
-               failpoints: Sequence[str] | None, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
-               env: Mapping[str, str] | None, isolate: bool | None, check: bool, on_progress: Any) -> WorldResult:
+    def _world(self, entry: Any, how: str, call: dict[str, Any], *, args: Sequence[Any],
+               kwargs: Mapping[str, Any] | None, check: bool, on_progress: Any) -> WorldResult:
         __tracebackhide__ = True
-        from ._launcher import default_repro, launch, raise_for_failures
+        from ._launcher import launch, raise_for_failures
+        from .repro import python_call, world_token
         from .spec import make_spec
 
-        settings = Settings.resolve(dict(options, world_size=size), self._marker, self._config)
+        settings = Settings.resolve(call, self._marker, self._config)
+        options = {name: settings.get(name) for name in DECLARED}
+        if options["seed"] is None:
+            options["seed"] = self.seed_for(len(self.results))
         spec = make_spec(
-            entry,
-            settings.get("world_size"),
-            names=settings.get("names"),
-            seed=settings.get("seed", self.seed_for(len(self.results))),
-            deadline=settings.get("deadline"),
-            bringup=settings.get("bringup"),
-            rpc_timeout=settings.get("rpc_timeout"),
-            faults=settings.get("faults"),
-            failpoints=failpoints,
-            args=args,
-            kwargs=kwargs,
-            fuzz=settings.get("fuzz", 0.0),
-            env=env,
-            spawned=how == "spawn",
-            isolate=isolate,
-            where=settings.where(f"rpc_world.{how}() in {self._request.node.nodeid}"),
+            entry, settings.get("world_size"), names=settings.get("names"), args=args, kwargs=kwargs,
+            spawned=how == "spawn", where=settings.where(f"rpc_world.{how}() in {self._request.node.nodeid}"),
+            **options,
         )
         ways = [self.repro]
-        token = _token_command(spec)
-        if token:
-            ways.append(token)
-        ways.append(default_repro(spec))
+        token = world_token(spec, path=_import_folder(spec.entry.module))
+        if token is not None:
+            ways.append(token.command())
+        ways.append(python_call(spec))
         spec = dataclasses.replace(spec, repro="\n    or: ".join(ways))
         result = launch(spec, on_progress=on_progress)
         self.results.append(result)
@@ -405,32 +377,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             trace, timeline = written
             report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}\n"
                                                       f"Timeline picture: {timeline}"))
-    seed = item.config.stash[_session_seed_key]
-    replay = f"pytest {shlex.quote(item.nodeid)} {SEED_OPTION}={seed}"
-    report.sections.append(("rpc-harness replay", replay))
+    from .repro import pytest_line
+
+    report.sections.append(("rpc-harness replay", pytest_line(item.nodeid, item.config.stash[_session_seed_key])))
 
 
-def _token_command(spec: Any) -> str | None:
-    """``rpc-harness replay TOKEN`` for a world whose arguments are plain data
-    (None otherwise: a token cannot carry them)."""
+def _import_folder(module_name: str) -> str:
+    """The folder a module's dotted name is imported from (up one level per
+    package in the name), or "" when the module is not loaded from a file."""
     import sys
 
-    from .repro import Repro, plain_data
-
-    kwargs = dict(spec.kwargs)
-    if not plain_data(spec.args) or not plain_data(kwargs) or spec.failpoints is not None:
-        return None
-    module = sys.modules.get(spec.entry.module)
-    path = ""
-    if module is not None and getattr(module, "__file__", None):
-        # The folder the module's dotted name is imported from: up one level
-        # per package in the name.
-        path = os.path.dirname(os.path.abspath(module.__file__))
-        for _ in range(spec.entry.module.count(".") + (os.path.basename(module.__file__) == "__init__.py")):
-            path = os.path.dirname(path)
-    return Repro(world_size=spec.world_size, seed=spec.seed, entry=str(spec.entry),
-                 names=spec.names if all(spec.names) else (), faults=str(spec.faults), fuzz=spec.fuzz, path=path,
-                 spawned=spec.spawned, args=spec.args, kwargs=kwargs).command()
+    module = sys.modules.get(module_name)
+    if module is None or not getattr(module, "__file__", None):
+        return ""
+    path = os.path.dirname(os.path.abspath(module.__file__))
+    for _ in range(module_name.count(".") + (os.path.basename(module.__file__) == "__init__.py")):
+        path = os.path.dirname(path)
+    return path
 
 
 def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[str, str] | None:

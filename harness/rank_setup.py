@@ -22,7 +22,7 @@ from typing import Any
 import torch.distributed.rpc as rpc
 
 from .context import RankContext
-from .faults import MESSAGE_KINDS
+from .faults import uses_faulty_agent
 from .seeds import derive_seed
 
 _PR_SET_PDEATHSIG = 1
@@ -72,12 +72,6 @@ def intra_op_threads(env: dict[str, str], world_size: int) -> int:
     return max(len(os.sched_getaffinity(0)) // world_size, 1)
 
 
-def uses_faulty_agent(faults: Any, fuzz: float) -> bool:
-    """Whether a world runs torch's FaultyTensorPipe agent: when its plan has
-    message faults or it fuzzes the schedule (which delays sends)."""
-    return bool(fuzz) or any(f.kind in MESSAGE_KINDS for f in faults)
-
-
 def rpc_backend(
     ctx: RankContext,
     init_method: str,
@@ -103,7 +97,7 @@ def rpc_backend(
     # faulty backend never creates, so a world that mixed them would deadlock in
     # init_rpc. Ranks without message faults get the faulty agent with nothing armed.
     # Its options cannot choose TensorPipe's transports: such worlds keep shared
-    # memory, and with it a limit of 33 ranks (spec.MAX_FAULTY_WORLD_SIZE).
+    # memory, and with it a limit of 33 ranks (options.MAX_FAULTY_WORLD_SIZE).
     if uses_faulty_agent(ctx.faults, ctx.fuzz):
         import torch.distributed.rpc._testing as faulty  # registers FAULTY_TENSORPIPE
 

@@ -1,64 +1,114 @@
-"""Repro tokens: one copy-pasteable string that replays a failing world.
+"""Replay lines: every way a world is told to run again, built in one place.
+
+Three forms, for worlds and for scenarios alike:
+
+- the pytest line (``pytest NODEID --rpc-seed=N``), which replays a whole test;
+- a token (``rpc-harness replay rpch1_...``): one copy-pasteable string;
+- a Python call (``harness.run_world(...)``, ``harness.spawn(...)``,
+  ``harness.run_scenario(...)``), printed only when every value in it has
+  a literal form that evaluates back to itself (otherwise the line says so
+  and points at the others: a line that cannot work is never printed).
 
 A token encodes what defines the world: the scenario (or an entry's import
-path, and whether it was spawned), world size, worker names, fault plan,
-seed, fuzz, config overrides, and an entry's arguments when they are plain
-data. Like Hypothesis's ``@reproduce_failure``, it carries a format version,
-and a token from another version is refused with a clear error rather than
-silently replaying something else. Every field is checked against its type
-and range when decoded, so a damaged or crafted token is refused naming the
-field. A token is code all the same: replaying it imports the module it
-names and calls the function.
+path, and whether it was spawned), world size, worker names, seed, config
+overrides, an entry's arguments when they are plain data, the modules the
+original run had imported before the world (a test module's import-time
+setup), and every world option declared with a token field
+(:mod:`harness.options`). Like Hypothesis's ``@reproduce_failure``, it
+carries a format version, and a token from another version is refused with
+a clear error rather than silently replaying something else. Every field is
+checked against its type and range when decoded, with the option's own
+check, so a damaged or crafted token is refused naming the field. A token is
+code all the same: replaying it imports the modules it names and calls the
+function.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
 import json
 import re
+import shlex
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import FaultPlanError, ReplayError
+from .errors import FaultPlanError, ReplayError, WorldSpecError
 from .faults import FaultPlan
+from .options import DECLARED, MAX_WORLD_SIZE, WorldOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .spec import WorldSpec
 
 PREFIX = "rpch"
 VERSION = 1
-MAX_WORLD_SIZE = 256  # as spec.MAX_WORLD_SIZE (spec imports this module's users, not the other way)
+SEED_FLAG = "--rpc-seed"  # the pytest plugin's session seed
 _ENTRY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")
 _SCENARIO_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _MAX_TOKEN = 1 << 20  # a token longer than this is not one we printed
+# The token fields that are not world options (those are named in options.py).
+_SHAPE_FIELDS = {"n", "s", "e", "k", "names", "c", "p", "a", "w", "m"}
+_OPTION_BY_FIELD = {spec.token: name for name, spec in DECLARED.items() if spec.token}
 
 
 @dataclass(frozen=True)
 class Repro:
-    """Everything needed to run a world again."""
+    """Everything needed to run a world again.
+
+    ``options`` holds the world options a token carries (by name, checked;
+    defaults are left out), ``modules`` the ``(module, folder)`` pairs the
+    original run had imported before its world, in order.
+    """
 
     world_size: int
     seed: int
     scenario: str | None = None  # "rl", "rnn", "ps" ...
     entry: str | None = None  # "module:function", for plain worlds
     names: tuple[str, ...] = ()
-    faults: str = ""
-    fuzz: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
     path: str = ""  # for entries: the folder their module is imported from
     spawned: bool = False  # the entry is a program run as spawn(fn, args, nprocs)
     args: tuple[Any, ...] = ()  # the entry's arguments, when plain data (JSON)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    modules: tuple[tuple[str, str], ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.scenario is None) == (self.entry is None):
             raise ReplayError("a repro names exactly one of a scenario or an entry")
+        checked = {}
+        for name, value in self.options.items():
+            spec = DECLARED.get(name)
+            if spec is None or spec.token is None or name == "seed":
+                raise ReplayError(f"a repro cannot carry the world option {name!r}")
+            value = spec.check(value, f"repro option {name}")
+            if value != WorldOptions.__dataclass_fields__[name].default:
+                checked[name] = value
+        object.__setattr__(self, "options", checked)
 
+    # -- what it holds --------------------------------------------------------------
     @property
     def plan(self) -> FaultPlan:
-        return FaultPlan.parse(self.faults, where="repro token")
+        return self.options.get("faults", FaultPlan())
 
+    @property
+    def faults(self) -> str:
+        return str(self.plan)
+
+    @property
+    def fuzz(self) -> float:
+        return self.options.get("fuzz", 0.0)
+
+    def world_options(self) -> dict[str, Any]:
+        """The world options to run it with, as keyword arguments."""
+        return {"seed": self.seed, **self.options}
+
+    # -- its forms ----------------------------------------------------------------------
     def token(self) -> str:
         """The compact, versioned text form."""
         data: dict[str, Any] = {"n": self.world_size, "seed": self.seed}
@@ -70,10 +120,6 @@ class Repro:
             data["k"] = "spawn"
         if self.names:
             data["names"] = list(self.names)
-        if self.faults:
-            data["f"] = self.faults
-        if self.fuzz:
-            data["z"] = self.fuzz
         if self.config:
             data["c"] = self.config
         if self.path:
@@ -82,6 +128,11 @@ class Repro:
             data["a"] = list(self.args)
         if self.kwargs:
             data["w"] = self.kwargs
+        if self.modules:
+            data["m"] = [list(pair) for pair in self.modules]
+        for name, value in self.options.items():
+            spec = DECLARED[name]
+            data[spec.token] = spec.plain(value)  # type: ignore[index]
         raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
         body = base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
         return f"{PREFIX}{VERSION}_{body}"
@@ -91,23 +142,99 @@ class Repro:
         return f"rpc-harness replay {self.token()}"
 
 
+# -- the other forms ------------------------------------------------------------------------
+
+
+def pytest_line(nodeid: str, session_seed: int) -> str:
+    """The pytest command that replays a test with the same seeds."""
+    return f"pytest {shlex.quote(nodeid)} {SEED_FLAG}={session_seed}"
+
+
+def world_token(spec: WorldSpec, *, path: str = "", modules: Sequence[tuple[str, str]] = ()) -> Repro | None:
+    """The token of a world whose arguments are plain data (None otherwise:
+    a token cannot carry them). ``path`` is the folder its entry's module is
+    imported from; ``modules`` what the run had imported before the world."""
+    kwargs = dict(spec.kwargs)
+    if not plain_data(spec.args) or not plain_data(kwargs):
+        return None
+    options = {name: value for name, value in spec.options.given() if DECLARED[name].token and name != "seed"}
+    return Repro(world_size=spec.world_size, seed=spec.seed, entry=str(spec.entry),
+                 names=spec.names if all(spec.names) else (), path=path, spawned=spec.spawned,
+                 args=spec.args, kwargs=kwargs, modules=tuple(modules), options=options)
+
+
+def python_call(spec: WorldSpec) -> str:
+    """A Python call that runs the same world again, with everything it was
+    given; or, when an argument has no literal form, a sentence saying so."""
+    arguments: list[tuple[str, Any]] = []
+    if spec.spawned:
+        head = f"harness.spawn({str(spec.entry)!r}"
+        arguments += [("args", spec.args), ("nprocs", spec.world_size)]
+        if all(spec.names):
+            arguments.append(("names", list(spec.names)))
+    else:
+        head = f"harness.run_world({str(spec.entry)!r}"
+        arguments.append(("names", list(spec.names)))
+        if spec.args:
+            arguments.append(("args", spec.args))
+    if spec.kwargs:
+        arguments.append(("kwargs", dict(spec.kwargs)))
+    for name, value in spec.options.given():
+        arguments.append((name, DECLARED[name].plain(value)))
+    return _call(head, arguments)
+
+
+def scenario_call(repro: Repro) -> str:
+    """The Python call that runs the scenario world of ``repro`` again."""
+    arguments: list[tuple[str, Any]] = []
+    if repro.config:
+        arguments.append(("", repro.config))
+    arguments += [("world_size", repro.world_size), ("seed", repro.seed)]
+    arguments += [(name, DECLARED[name].plain(value)) for name, value in repro.options.items()]
+    return _call(f"harness.run_scenario({repro.scenario!r}", arguments)
+
+
+def _call(head: str, arguments: list[tuple[str, Any]]) -> str:
+    text = head
+    for name, value in arguments:
+        if not is_literal(value):
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return (f"(no Python line: {name or 'config'}={shown} has no literal form that evaluates back to "
+                    "it; replay with the lines above)")
+        text += f", {name}={value!r}" if name else f", {value!r}"
+    return text + ")"
+
+
+def is_literal(value: Any) -> bool:
+    """Whether ``repr(value)`` evaluates back to an equal value of the same type."""
+    try:
+        return _same(ast.literal_eval(repr(value)), value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+
+
 def plain_data(value: Any) -> bool:
     """Whether ``value`` survives a trip through a token unchanged (tuples
     come back as lists, which arguments treat alike)."""
     try:
-        return _same(json.loads(json.dumps(value, allow_nan=False)), value)
+        return _same(json.loads(json.dumps(value, allow_nan=False)), value, lists_for_tuples=True)
     except (TypeError, ValueError):
         return False
 
 
-def _same(decoded: Any, original: Any) -> bool:
+def _same(decoded: Any, original: Any, *, lists_for_tuples: bool = False) -> bool:
     if isinstance(original, (list, tuple)):
-        return isinstance(decoded, list) and len(decoded) == len(original) and all(
-            _same(d, o) for d, o in zip(decoded, original, strict=True))
+        kind = list if lists_for_tuples else type(original)
+        return isinstance(decoded, kind) and len(decoded) == len(original) and all(
+            _same(d, o, lists_for_tuples=lists_for_tuples) for d, o in zip(decoded, original, strict=True))
     if isinstance(original, dict):
         return isinstance(decoded, dict) and decoded.keys() == original.keys() and all(
-            _same(decoded[k], original[k]) for k in original)
+            _same(decoded[k], original[k], lists_for_tuples=lists_for_tuples) for k in original)
     return type(decoded) is type(original) and decoded == original
+
+
+# -- reading a token back ----------------------------------------------------------------------
 
 
 def decode(token: str) -> Repro:
@@ -137,12 +264,20 @@ def decode(token: str) -> Repro:
 def _from_fields(data: Any) -> Repro:
     if not isinstance(data, dict):
         raise ReplayError(f"corrupt repro token: its fields are a {type(data).__name__}, not a mapping")
-    known = {"n", "seed", "s", "e", "k", "names", "f", "z", "c", "p", "a", "w"}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - _SHAPE_FIELDS - set(_OPTION_BY_FIELD))
     if unknown:
         raise ReplayError(f"repro token has unknown field(s) {unknown}; it was not made by this rpc-harness")
-    n = _whole(data, "n", 1, MAX_WORLD_SIZE, required=True)
-    seed = _whole(data, "seed", 0, 2**63 - 1, required=True)
+    n = _whole(data, "n", 1, MAX_WORLD_SIZE)
+    if "seed" not in data:
+        raise ReplayError("repro token field 'seed' is missing")
+    options = {}
+    for key, name in _OPTION_BY_FIELD.items():
+        if key in data:
+            try:
+                options[name] = DECLARED[name].check(data[key], f"repro token field {key!r}")
+            except (WorldSpecError, FaultPlanError) as error:
+                raise ReplayError(str(error)) from None
+    seed = options.pop("seed")
     scenario = _text(data, "s", _SCENARIO_RE, "a scenario name")
     entry = _text(data, "e", _ENTRY_RE, "'package.module:function'")
     if (scenario is None) == (entry is None):
@@ -155,12 +290,6 @@ def _from_fields(data: Any) -> Repro:
         raise ReplayError("repro token field 'names' must be a list of worker names")
     if names and len(names) != n:
         raise ReplayError(f"repro token has {len(names)} names for a world of {n}")
-    faults = data.get("f", "")
-    if not isinstance(faults, str):
-        raise ReplayError(f"repro token field 'f' must be a fault plan's text, got {type(faults).__name__}")
-    fuzz = data.get("z", 0.0)
-    if isinstance(fuzz, bool) or not isinstance(fuzz, (int, float)) or not 0 <= fuzz <= 1:
-        raise ReplayError(f"repro token field 'z' (fuzz) must be seconds in 0..1, got {fuzz!r}")
     config = data.get("c", {})
     if not isinstance(config, dict) or not all(isinstance(k, str) for k in config) or not all(
         v is None or isinstance(v, (bool, int, float, str)) for v in config.values()
@@ -173,19 +302,18 @@ def _from_fields(data: Any) -> Repro:
     kwargs = data.get("w", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise ReplayError("repro token fields 'a' and 'w' must be a list and a mapping of arguments")
-    try:
-        repro = Repro(world_size=n, seed=seed, scenario=scenario, entry=entry, names=tuple(names), faults=faults,
-                      fuzz=float(fuzz), config=config, path=path, spawned=kind == "spawn", args=tuple(args),
-                      kwargs=kwargs)
-        repro.plan  # noqa: B018 - validates the fault plan's text now, not mid-replay
-    except FaultPlanError as error:
-        raise ReplayError(f"repro token's fault plan is invalid: {error}") from None
-    return repro
+    modules = data.get("m", [])
+    if not isinstance(modules, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and _MODULE_RE.match(pair[0])
+        and isinstance(pair[1], str) for pair in modules
+    ):
+        raise ReplayError("repro token field 'm' must list [module, folder] pairs")
+    return Repro(world_size=n, seed=seed, scenario=scenario, entry=entry, names=tuple(names), config=config,
+                 path=path, spawned=kind == "spawn", args=tuple(args), kwargs=kwargs,
+                 modules=tuple((m, folder) for m, folder in modules), options=options)
 
 
-def _whole(data: Mapping[str, Any], key: str, low: int, high: int, *, required: bool) -> int:
-    if key not in data and not required:
-        return low
+def _whole(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ReplayError(f"repro token field {key!r} must be a whole number in {low}..{high}, got {value!r}")

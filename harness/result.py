@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .events import FaultFired, faults_fired, last_hits
 from .faults import FaultPlan
 
 # A rank's fate. Only the FAILED ones make a world fail.
@@ -47,38 +49,38 @@ class RankOutcome:
         # there has no name.
         return f"rank {self.rank} ({self.name})" if self.name else f"rank {self.rank}"
 
-    def fired_faults(self) -> list[dict]:
-        return [e for e in self.events if e.get("kind") == "fault"]
+    def fired_faults(self) -> list[FaultFired]:
+        """The faults that fired in this rank, in the order they fired."""
+        return faults_fired(self.events)
 
     @property
     def hits(self) -> dict[str, int]:
         """The failpoints this rank reached, with hit counts (recorded in a
         rank a fault was aimed at)."""
-        recorded = [e for e in self.events if e.get("kind") == "hits"]
-        return dict(recorded[-1]["hits"]) if recorded else {}
+        return last_hits(self.events)
 
     def describe(self) -> str:
         """One line: what happened to this rank."""
-        frozen = any(e.get("fault_kind") == "freeze" for e in self.fired_faults())
+        frozen = any(fired.kind == "freeze" for fired in self.fired_faults())
         how = {
             OK: "ok",
             SKIPPED: f"skipped: {self.error}",
             KILLED: ("frozen (SIGSTOP) as the fault plan asked, then killed by the harness" if frozen
                      else f"killed by {self.signal} as the fault plan asked"),
-            STOPPED: "stopped by the harness after the world failed",
+            STOPPED: "stopped by the harness (SIGKILL) after the world failed",
         }.get(self.status)
         if how is None:
+            when = _PHASES.get(self.phase, f"during {self.phase}")
             if self.status == RAISED:
-                how = f"raised {self.error} (during {self.phase})"
+                how = f"raised {self.error} ({when})"
             elif self.status == HUNG and self.phase in ("starting", "start-up"):
                 how = "had not joined the RPC world when the bring-up budget ran out"
             elif self.status == HUNG:
-                how = f"hung: still in {self.phase}{self._where()} at the deadline"
+                how = f"hung: still {when}{self._where()} at the deadline"
             elif self.signal:
-                how = f"killed by {self.signal} during {self.phase}{self._where()}; the fault plan did not kill it"
+                how = f"{_signal_cause(self.signal)} {when}{self._where()}; the fault plan did not kill it"
             else:
-                how = (f"exited with code {self.exitcode} during {self.phase}{self._where()} "
-                       "without reporting a result")
+                how = f"exited with code {self.exitcode} {when}{self._where()} without reporting a result"
         return f"{self.label}: {how}"
 
     def _where(self) -> str:
@@ -139,16 +141,16 @@ class WorldResult:
     def killed(self) -> list[RankOutcome]:
         return [r for r in self.ranks if r.status == KILLED]
 
-    def fired_faults(self) -> list[dict]:
+    def fired_faults(self) -> list[FaultFired]:
         """Every fault that fired, in time order, with rank, point and hit
-        (a message fault's event is one failed or delayed send)."""
-        return sorted((e for r in self.ranks for e in r.fired_faults()), key=lambda e: e["t"])
+        (a message fault's record is one failed or delayed send)."""
+        return sorted((fired for r in self.ranks for fired in r.fired_faults()), key=lambda fired: fired.t)
 
     def fault_counts(self) -> dict[str, int]:
-        """How often each fault of the plan fired, by its text form."""
-        from ._tally import fault_counts
-
-        return fault_counts(self.faults, self.ranks)
+        """How often each fault of the plan fired (a send failed or delayed
+        counts once), by the fault's text form."""
+        fired = Counter(f.fault for f in self.fired_faults())
+        return {str(f): fired.get(str(f), 0) for f in self.faults}
 
     def __getitem__(self, key: int | str) -> RankOutcome:
         if isinstance(key, str):
@@ -212,6 +214,25 @@ class WorldResult:
         else:
             head = f"rpc world ok in {self.duration:.2f}s"
         return f"{head} ({what})"
+
+
+# How a phase reads after "raised X" or "killed by Y".
+_PHASES = {
+    "starting": "while starting", "start-up": "while starting", "entry": "in its entry",
+    "done": "after its entry, waiting to shut down", "shutdown": "while shutting down",
+    "exiting": "after its shutdown", "frozen": "while frozen", "result": "returning its result",
+}
+
+
+def _signal_cause(name: str) -> str:
+    """Who sends such a signal, as far as a report can say."""
+    if name == "SIGKILL":
+        return "killed by SIGKILL from outside the harness (the kernel's OOM killer, or a user)"
+    if name == "SIGABRT":
+        return "aborted itself (SIGABRT: torch aborts a rank on a fatal error, e.g. a peer gone for good)"
+    if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE"):
+        return f"crashed ({name})"
+    return f"killed by {name}"
 
 
 def _alike(ranks: list[RankOutcome], least: int = 3) -> list[list[RankOutcome]]:

@@ -24,25 +24,31 @@ torchrun's runner and the Hypothesis strategies ask the registry.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import importlib
 import json
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from .errors import GradientMismatch, ScenarioError, WorldSpecError
 from .faults import FaultPlan
 from .gradcheck import Mismatch
+from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE
 from .progress import Progress
-from .repro import Repro
+from .repro import Repro, scenario_call
 from .result import WorldResult
-from .spec import MAX_WORLD_SIZE, resolve_names
+from .spec import resolve_names
 
 ENTRY_POINT_GROUP = "rpc_harness.scenarios"
-DEFAULT_DEADLINE = 60.0
 MISMATCHES_SHOWN = 10
+
+ConfigT = TypeVar("ConfigT")  # a scenario's Config dataclass
+RecordsT = TypeVar("RecordsT")  # what its ranks returned, as its judge reads it
+ExpectedT = TypeVar("ExpectedT")  # what its baseline computed
 
 
 # -- what a scenario supplies ----------------------------------------------------------
@@ -81,16 +87,19 @@ class Outcome:
 
 
 @runtime_checkable
-class Scenario(Protocol):
+class Scenario(Protocol, Generic[ConfigT, RecordsT, ExpectedT]):
     """What one scenario supplies; :func:`run_scenario` does the rest.
 
     ``config_type`` is a frozen dataclass whose every field has a default,
     with ``rtol`` and ``atol`` fields (the gradient check's tolerances); its
     ``__post_init__`` raises ``ValueError`` naming a bad field.
     ``entry(ctx, config)`` is a module-level function run in every rank.
-    A scenario may also define ``validate(config, world_size, seed)``, which
-    raises ``ValueError`` for a config that cannot work at that size (checked
-    before any process starts). The judge's jobs, in the order they run:
+    Before any process starts, ``validate(config, world_size, seed)`` raises
+    ``ValueError`` for a config that cannot work at that size, and
+    ``fault_checks(world_size, config)`` names the fault plans whose
+    contracts ``rpc-harness run`` checks besides the clean world (by label:
+    ``{"kill": "kill:trainer2@trainer.step#3"}``). The judge's jobs, in the
+    order they run:
 
     - ``records(world)``: what the ranks returned that the judge reads, or
       None when there is nothing to compare (a killed server, a failed world);
@@ -114,20 +123,35 @@ class Scenario(Protocol):
 
     def names(self, world_size: int) -> tuple[str, ...]: ...
 
-    def records(self, world: WorldResult) -> Any | None: ...
+    def validate(self, config: ConfigT, world_size: int, seed: int) -> None: ...
 
-    def contract(self, world: WorldResult, records: Any | None, config: Any) -> Verdict: ...
+    def fault_checks(self, world_size: int, config: ConfigT) -> Mapping[str, str]: ...
 
-    def baseline(self, config: Any, world_size: int, seed: int, records: Any) -> Any: ...
+    def records(self, world: WorldResult) -> RecordsT | None: ...
 
-    def compare(self, records: Any, expected: Any, config: Any, seed: int) -> Comparison: ...
+    def contract(self, world: WorldResult, records: RecordsT | None, config: ConfigT) -> Verdict: ...
 
-    def outcome(self, records: Any, expected: Any, config: Any) -> Outcome: ...
+    def baseline(self, config: ConfigT, world_size: int, seed: int, records: RecordsT) -> ExpectedT: ...
+
+    def compare(self, records: RecordsT, expected: ExpectedT, config: ConfigT, seed: int) -> Comparison: ...
+
+    def outcome(self, records: RecordsT, expected: ExpectedT, config: ConfigT) -> Outcome: ...
 
 
-_ATTRIBUTES = {"name": str, "summary": str, "min_world_size": int, "default_world_size": int,
-               "failpoints": tuple, "steps_field": str, "metric_name": str, "config_type": type}
-_METHODS = ("entry", "names", "records", "contract", "baseline", "compare", "outcome")
+def _protocol_shape() -> tuple[dict[str, type], tuple[str, ...]]:
+    """The protocol's attributes (with the type a value must have) and
+    methods, read from :class:`Scenario` itself: the shape check cannot
+    drift from the protocol."""
+    attributes: dict[str, type] = {}
+    for attr, hint in typing.get_type_hints(Scenario).items():
+        origin = typing.get_origin(hint) or hint
+        attributes[attr] = collections.abc.Callable if origin is collections.abc.Callable else origin
+    methods = tuple(attr for attr, value in vars(Scenario).items()
+                    if callable(value) and not attr.startswith("_") and attr not in attributes)
+    return attributes, methods
+
+
+_ATTRIBUTES, _METHODS = _protocol_shape()
 
 
 def check_shape(obj: object, *, where: str) -> Scenario:
@@ -136,7 +160,10 @@ def check_shape(obj: object, *, where: str) -> Scenario:
     problems = []
     for attr, kind in _ATTRIBUTES.items():
         value = getattr(obj, attr, None)
-        if not isinstance(value, kind) or isinstance(value, bool):
+        if kind is collections.abc.Callable:
+            if not callable(value):
+                problems.append(f"{attr}()")
+        elif not isinstance(value, kind) or isinstance(value, bool):
             problems.append(f"{attr} ({kind.__name__})")
     problems += [f"{attr}()" for attr in _METHODS if not callable(getattr(obj, attr, None))]
     if problems:
@@ -396,17 +423,12 @@ def run_scenario(
     size = sc.default_world_size if world_size is None else world_size
     names = world_names(sc, size, where=f"{sc.name}: names")
     cfg = make_config(sc, config)
-    validate = getattr(sc, "validate", None)
-    if validate is not None:
-        try:
-            validate(cfg, len(names), seed)
-        except ValueError as error:
-            raise WorldSpecError(f"{sc.name} config at world_size {len(names)}: {error}") from None
+    validate_config(sc, cfg, len(names), seed, where=f"{sc.name} config at world_size {len(names)}")
     plan = FaultPlan.coerce(faults, where=f"{sc.name}: faults")
     plan.validate(names, failpoints=sc.failpoints, where=f"{sc.name}: faults")
-    repro = Repro(world_size=len(names), seed=seed, scenario=sc.name, names=names, faults=str(plan),
-                  fuzz=fuzz, config=config_overrides(sc, cfg))
-    python = python_replay(sc.name, repro)
+    repro = Repro(world_size=len(names), seed=seed, scenario=sc.name, names=names,
+                  config=config_overrides(sc, cfg), options={"faults": plan, "fuzz": fuzz})
+    python = scenario_call(repro)
     world = run_world(
         sc.entry, names=names, seed=seed, deadline=deadline, faults=plan, failpoints=sc.failpoints,
         args=(cfg,), fuzz=fuzz, repro=f"{repro.command()}\n    or: {python}", check=False,
@@ -418,17 +440,14 @@ def run_scenario(
     return report
 
 
-def python_replay(name: str, repro: Repro) -> str:
-    """The Python call that runs the world of ``repro`` again."""
-    text = f"harness.run_scenario({name!r}"
-    if repro.config:
-        text += f", {repro.config!r}"
-    text += f", world_size={repro.world_size}, seed={repro.seed}"
-    if repro.faults:
-        text += f", faults={repro.faults!r}"
-    if repro.fuzz:
-        text += f", fuzz={repro.fuzz!r}"
-    return text + ")"
+def validate_config(scenario: Scenario, config: Any, world_size: int, seed: int, *, where: str) -> None:
+    """The scenario's own check of a config at a size and seed, before any
+    process starts: its ``ValueError`` becomes a :class:`WorldSpecError`
+    naming ``where``."""
+    try:
+        scenario.validate(config, world_size, seed)
+    except ValueError as error:
+        raise WorldSpecError(f"{where}: {error}") from None
 
 
 def judge(scenario: Scenario, world: WorldResult, config: Any) -> ScenarioReport:

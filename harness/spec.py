@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
 import pickle
 import re
 import sys
@@ -14,24 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import FaultPlanError, WorldSpecError
-from .faults import FaultPlan
-from .seeds import MAX_SEED, fresh_seed
+from .faults import FaultPlan, uses_faulty_agent
+from .options import MAX_FAULTY_WORLD_SIZE, MAX_WORLD_SIZE, WorldOptions, default_bringup
 
-DEFAULT_DEADLINE = 60.0  # seconds the entries may run, counted from when every rank has joined
-DEFAULT_RPC_TIMEOUT = 60.0  # seconds an RPC waits for its answer (torch's own default)
-MAX_WORLD_SIZE = 256
-# Worlds with message faults or fuzzing run torch's faulty agent, which cannot
-# leave TensorPipe's shared-memory transport: its AF_UNIX backlog of 128 takes
-# 4 connections a rank when every rank reaches one at once (graceful
-# shutdown's all-gather), so 34 ranks and more fail.
-MAX_FAULTY_WORLD_SIZE = 33
-
-
-def default_bringup(world_size: int) -> float:
-    """Seconds a world of ``world_size`` ranks may take to come up (every rank
-    forked and through init_rpc) before it fails as a bring-up failure:
-    60 s, and more for large worlds (measured: 256 ranks take ~40 s here)."""
-    return max(60.0, 0.5 * world_size)
 _WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")  # what torch rpc accepts
 
 
@@ -113,24 +97,25 @@ class WorldSpec:
 
     entry: EntryRef
     names: tuple[str, ...]
-    seed: int
-    deadline: float = DEFAULT_DEADLINE
-    faults: FaultPlan = FaultPlan()
+    options: WorldOptions
     payload: bytes = field(default=pickle.dumps(((), {})), repr=False)  # pickled (args, kwargs)
-    fuzz: float = 0.0
-    repro: str = ""
-    env: tuple[tuple[str, str], ...] = ()
-    spawned: bool = False
-    bringup: float = 60.0
-    rpc_timeout: float = DEFAULT_RPC_TIMEOUT
-    failpoints: tuple[str, ...] | None = None
     args: tuple[Any, ...] = field(default=(), repr=False)
     kwargs: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
-    isolate: bool | None = None  # a network namespace of its own: None = where possible, True = required
+    spawned: bool = False
+    repro: str = ""
 
     @property
     def world_size(self) -> int:
         return len(self.names)
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed  # type: ignore[return-value]  # always drawn by make_spec
+
+    @property
+    def bringup(self) -> float:
+        """The bring-up budget: the one given, or one for the world's size."""
+        return self.options.bringup or default_bringup(self.world_size)
 
 
 def make_spec(
@@ -138,27 +123,20 @@ def make_spec(
     world_size: int | None = None,
     *,
     names: Sequence[str] | str | None = None,
-    seed: int | None = None,
-    deadline: float | None = None,
-    bringup: float | None = None,
-    rpc_timeout: float | None = None,
-    faults: FaultPlan | str | None = None,
-    failpoints: Sequence[str] | None = None,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
-    fuzz: float = 0.0,
-    repro: str = "",
-    env: Mapping[str, str] | None = None,
     spawned: bool = False,
-    isolate: bool | None = None,
+    repro: str = "",
     where: str = "run_world()",
+    **options: Any,
 ) -> WorldSpec:
     """Validate every input and build a :class:`WorldSpec`.
 
-    ``where`` names the source of the values (an argument list, a marker, a
-    command-line option) so that errors point at it. A ``spawned`` world
-    without ``names`` checks its plan's targets once the program has named
-    its workers.
+    ``options`` are world options (:mod:`harness.options`), None meaning the
+    default. ``where`` names the source of the values (an argument list, a
+    marker, a command-line option) so that errors point at it. A ``spawned``
+    world without ``names`` checks its plan's targets once the program has
+    named its workers.
     """
     ref = EntryRef.of(entry, where=f"{where}: entry")
     if not isinstance(args, (tuple, list)):
@@ -172,25 +150,15 @@ def make_spec(
         resolved_names = ("",) * _checked_size(world_size, where=where, what="nprocs")
     else:
         resolved_names = resolve_names(world_size, names, where=where)
-    if seed is None:
-        seed = fresh_seed()
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise WorldSpecError(f"{where}: invalid seed {seed!r}; use a whole number 0..2**63-1")
-    deadline = DEFAULT_DEADLINE if deadline is None else validate_deadline(deadline, where=where)
-    bringup = default_bringup(len(resolved_names)) if bringup is None else validate_deadline(
-        bringup, where=where, what="bring-up budget")
-    rpc_timeout = DEFAULT_RPC_TIMEOUT if rpc_timeout is None else validate_deadline(
-        rpc_timeout, where=where, what="rpc_timeout")
-    plan = FaultPlan.coerce(faults, where=f"{where}: faults")
+    checked = WorldOptions.from_values(options, where=where)
+    plan = checked.faults
+    failpoints = checked.failpoints
     if all(resolved_names):
         plan.validate(resolved_names, failpoints=failpoints, where=f"{where}: faults")
     else:
         plan.validate([f.target for f in plan], failpoints=failpoints, where=f"{where}: faults")
     check_call_points(plan, where=f"{where}: faults")
-    if isinstance(fuzz, bool) or not isinstance(fuzz, (int, float)) or not 0 <= fuzz <= 1:
-        raise WorldSpecError(f"{where}: invalid fuzz {fuzz!r}; use the largest delay in seconds, 0..1")
-    faulty = bool(fuzz) or any(f.kind in ("msgfail", "msgdelay") for f in plan)
-    if faulty and len(resolved_names) > MAX_FAULTY_WORLD_SIZE:
+    if uses_faulty_agent(plan, checked.fuzz) and len(resolved_names) > MAX_FAULTY_WORLD_SIZE:
         raise WorldSpecError(
             f"{where}: message faults and schedule fuzzing work in worlds of at most {MAX_FAULTY_WORLD_SIZE} "
             f"ranks, got {len(resolved_names)}: torch's faulty agent cannot leave TensorPipe's shared-memory "
@@ -202,32 +170,15 @@ def make_spec(
         raise WorldSpecError(
             f"{where}: the entry's args/kwargs cannot be pickled for the ranks: {error}"
         ) from error
-    env = dict(env or {})
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise WorldSpecError(f"{where}: env must map str to str, got {key!r}: {value!r}")
-    if isolate is not None and not isinstance(isolate, bool):
-        raise WorldSpecError(f"{where}: isolate must be True, False or None, got {isolate!r}")
-    threads = env.get("OMP_NUM_THREADS")
-    if threads is not None and not (threads.isascii() and threads.isdigit() and int(threads) >= 1):
-        raise WorldSpecError(f"{where}: env OMP_NUM_THREADS={threads!r} is not a positive whole number")
     return WorldSpec(
         entry=ref,
         names=resolved_names,
-        seed=seed,
-        deadline=deadline,
-        faults=plan,
+        options=checked,
         payload=payload,
-        fuzz=float(fuzz),
-        repro=repro,
-        env=tuple(sorted(env.items())),
-        spawned=spawned,
-        bringup=bringup,
-        rpc_timeout=rpc_timeout,
-        failpoints=None if failpoints is None else tuple(failpoints),
         args=tuple(args),
         kwargs=tuple(sorted(dict(kwargs or {}).items())),
-        isolate=isolate,
+        spawned=spawned,
+        repro=repro,
     )
 
 
@@ -309,10 +260,3 @@ def resolve_names(
     return resolved
 
 
-def validate_deadline(value: object, *, where: str, what: str = "deadline") -> float:
-    """A number of seconds: finite and > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise WorldSpecError(f"{where}: invalid {what} {value!r}; use seconds > 0")
-    if not math.isfinite(value) or value <= 0:
-        raise WorldSpecError(f"{where}: invalid {what} {value!r}; use seconds > 0")
-    return float(value)

@@ -111,7 +111,7 @@ class WorldCase:
 
     def repro(self, *, scenario: str | None = None, entry: str | None = None, **config: object) -> Repro:
         return Repro(world_size=self.world_size, seed=self.seed, scenario=scenario, entry=entry,
-                     names=self.names, faults=str(self.faults), config=dict(config))
+                     names=self.names, config=dict(config), options={"faults": self.faults})
 
 
 def worlds(

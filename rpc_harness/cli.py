@@ -25,6 +25,7 @@ from harness import scenario as registry
 from harness.errors import FaultPlanError, ReplayError, ScenarioError, UsageError, WorldSpecError
 from harness.faults import FaultPlan
 from harness.interrupts import terminate_as_interrupt
+from harness.options import COMMAND_LINE_DEADLINE, add_option
 from harness.progress import ProgressBar
 from harness.repro import Repro, decode
 from harness.scenario import Scenario, ScenarioReport
@@ -34,12 +35,14 @@ from .bench import SECTIONS
 
 INPUT_ERRORS = (WorldSpecError, FaultPlanError, ReplayError, ScenarioError, UsageError)
 PROGRESS_MODES = ("auto", "live", "lines", "off")
-DEFAULT_DEADLINE = 300.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # argparse has said what was wrong (or printed --help)
+        return int(stop.code or 0)
     terminate_as_interrupt()  # SIGTERM unwinds like Ctrl-C: ranks killed, world folders removed
     try:
         return args.func(args)
@@ -60,18 +63,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="registered scenario names, or all (default); `rpc-harness list` shows them")
     run.add_argument("--world-size", "-n", type=int, action="append",
                      help="world size; repeat for several (default: each scenario's)")
-    run.add_argument("--seed", type=int, default=None, help="root seed (default: random, printed)")
-    run.add_argument("--faults", default=None,
-                     help="run only this fault plan, e.g. kill:trainer2@trainer.step#3 "
-                          "(default: a clean world plus each scenario's fault checks)")
+    add_option(run, "seed")
+    add_option(run, "faults", help="run only this fault plan, e.g. kill:trainer2@trainer.step#3 "
+                                   "(default: a clean world plus each scenario's fault checks)")
     run.add_argument("--no-fault-checks", action="store_true",
                      help="run only the clean world of each scenario, not its fault checks")
     run.add_argument("--steps", type=int, default=None,
                      help="training budget in the scenario's own unit (`rpc-harness list` names it)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario config field")
-    run.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE,
-                     help=f"deadline of each world in seconds (default: {DEFAULT_DEADLINE:g})")
-    run.add_argument("--fuzz", type=float, default=0.0, help="schedule fuzzing: largest seeded delay in seconds (default: off)")
+    add_option(run, "deadline", default=COMMAND_LINE_DEADLINE,
+               help=f"deadline of each world in seconds (default: {COMMAND_LINE_DEADLINE:g})")
+    add_option(run, "fuzz", default=0.0)
     run.add_argument("--repeat", type=int, default=1, metavar="N",
                      help="run every world N times, with seeds S, S+1, ..., and count how many failed or hung "
                           "(a soak test of the fault contracts)")
@@ -83,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="run a failing world again from its repro token")
     replay.add_argument("token", help="the token printed after 'rpc-harness replay'")
-    replay.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE, help="deadline of the world in seconds")
+    add_option(replay, "deadline", default=COMMAND_LINE_DEADLINE,
+               help=f"deadline of the world in seconds (default: {COMMAND_LINE_DEADLINE:g})")
     replay.add_argument("--out", default=None, help="folder for the trace, timeline and curves")
     replay.add_argument("--progress", choices=PROGRESS_MODES, default="auto", help="progress bar style, as for run")
     replay.set_defaults(func=cmd_replay)
@@ -154,11 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
     """Every world the command line asks for, validated: scenario names,
-    sizes, config overrides, fault plans, fuzz."""
-    if args.fuzz < 0 or args.fuzz > 1:
-        raise UsageError(f"--fuzz {args.fuzz:g}: use the largest delay in seconds, 0..1")
-    if not args.deadline > 0:
-        raise UsageError(f"--deadline {args.deadline:g}: use seconds > 0")
+    sizes, config overrides, fault plans (options were read by argparse)."""
     jobs = []
     for sc in scenarios_named(args.scenarios):
         overrides = registry.parse_overrides(sc, args.set, args.steps)
@@ -166,7 +165,7 @@ def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
         for size in args.world_size or [sc.default_world_size]:
             names = registry.world_names(sc, size, where=f"-n {size}")
             if args.faults is not None:
-                plans = {"faults": args.faults}
+                plans = {"faults": str(args.faults)}
             else:
                 plans = {"clean": ""}
                 if not args.no_fault_checks:
@@ -182,22 +181,15 @@ def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
 def _job(sc: Scenario, args: argparse.Namespace, size: int, names: tuple[str, ...], config: object,
          overrides: dict, plan: FaultPlan, label: str, seed: int) -> Job:
     """One world of the run, its config checked at this size and seed."""
-    validate = getattr(sc, "validate", None)
-    if validate is not None:
-        try:
-            validate(config, size, seed)
-        except ValueError as error:
-            raise UsageError(f"{sc.name} at world size {size}: {error}") from None
-    repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, faults=str(plan),
-                  fuzz=args.fuzz, config=overrides)
+    registry.validate_config(sc, config, size, seed, where=f"{sc.name} at world size {size}")
+    repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, config=overrides,
+                  options={"faults": plan, "fuzz": args.fuzz})
     return Job(sc, repro, label)
 
 
 def fault_checks(sc: Scenario, world_size: int, config: object) -> dict[str, str]:
-    """The fault plans a scenario declares for its contracts at this size
-    (``fault_checks(world_size, config)``, optional), by label."""
-    declared = getattr(sc, "fault_checks", None)
-    return dict(declared(world_size, config)) if declared is not None else {}
+    """The fault plans a scenario declares for its contracts at this size, by label."""
+    return dict(sc.fault_checks(world_size, config))
 
 
 def scenarios_named(requested: Sequence[str]) -> list[Scenario]:

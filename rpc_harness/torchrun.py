@@ -73,17 +73,16 @@ import torch.distributed.rpc as rpc
 
 from harness import scenario as registry
 from harness.context import RankContext, activate
-from harness.errors import FaultPlanError, ScenarioError, UsageError, WorldSpecError
-from harness.faults import FaultPlan
+from harness.errors import FaultPlanError, ScenarioError, UsageError, WorldSpecError, one_line
+from harness.faults import FAULT_KINDS, FaultPlan
+from harness.options import COMMAND_LINE_DEADLINE, add_option
 from harness.rank_setup import die_with_parent, rpc_backend
 from harness.rank_setup import pin_loopback as pin_to_lo
-from harness.repro import Repro
+from harness.repro import Repro, scenario_call
 from harness.scenario import Scenario
 from harness.seeds import seed_everything
 
-DEFAULT_DEADLINE = 300.0
 LEADER = 0  # the rank that collects every rank's report and writes the summary
-_UNSUPPORTED_FAULTS = ("kill", "hang", "freeze")
 # How ranks find the store. env:// reads MASTER_ADDR/MASTER_PORT, and torch's
 # env:// handler connects to it as a *client* when torchrun sets
 # TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent already serves a
@@ -174,10 +173,12 @@ def build_plan(text: str | None, names: Sequence[str], failpoints: Sequence[str]
     """Parse and check ``--faults`` for this world; refuse what torchrun cannot judge."""
     plan = FaultPlan.parse(text, where="--faults")
     plan.validate(names, failpoints=failpoints, where="--faults")
-    refused = [str(f) for f in plan if f.kind in _UNSUPPORTED_FAULTS]
+    refused = [str(f) for f in plan if not f.spec.under_torchrun]
     if refused:
+        *most, last = [name for name, kind in FAULT_KINDS.items() if not kind.under_torchrun]
+        kinds = f"{', '.join(most)} and {last}" if most else last
         raise FaultPlanError(
-            f"--faults: {', '.join(refused)}: kill, hang and freeze faults need the harness's supervisor "
+            f"--faults: {', '.join(refused)}: {kinds} faults need the harness's supervisor "
             "(torchrun tears a job down when a worker dies and has no per-rank deadline); "
             "run them with harness.run_world or `rpc-harness run`"
         )
@@ -276,7 +277,7 @@ class RunArgs:
     overrides: tuple[str, ...] = ()
     steps: int | None = None
     fuzz: float = 0.0
-    deadline: float = DEFAULT_DEADLINE
+    deadline: float = COMMAND_LINE_DEADLINE
     out: str | None = None
 
 
@@ -321,7 +322,7 @@ def _run_entry(scenario: Scenario, ctx: RankContext, config: Any) -> RankReport:
         report.value = scenario.entry(ctx, config)
     except BaseException as error:  # noqa: BLE001 - every failure goes into the report
         report.status = "raised"
-        report.error = _one_line(error)
+        report.error = one_line(error)
         report.traceback = "".join(traceback.format_exception(error))
         print(report.traceback, file=sys.stderr, flush=True)
     return report
@@ -331,7 +332,7 @@ def _follow(report: RankReport, leader: str, until: float) -> int:
     try:
         graceful = _send(report, leader, until)
     except Exception as error:  # the leader is gone: nobody to wait for
-        print(f"rank {report.rank} ({report.name}): cannot report to {leader}: {_one_line(error)}", file=sys.stderr)
+        print(f"rank {report.rank} ({report.name}): cannot report to {leader}: {one_line(error)}", file=sys.stderr)
         rpc.shutdown(graceful=False)
         return 1
     rpc.shutdown(graceful=graceful)
@@ -418,9 +419,8 @@ def summarise_world(
         + f" (seed {ctx.world_seed})"
     )
     overrides = registry.config_overrides(scenario, config)
-    replay = registry.python_replay(label, Repro(
-        world_size=ctx.world_size, seed=ctx.world_seed, scenario=label, faults=str(plan), fuzz=fuzz,
-        config=overrides))
+    replay = scenario_call(Repro(world_size=ctx.world_size, seed=ctx.world_seed, scenario=label, config=overrides,
+                                 options={"faults": plan, "fuzz": fuzz}))
     return {
         "headline": headline,
         "ok": ok,
@@ -491,11 +491,6 @@ def write_outputs(out: str, summary: Mapping[str, Any], values: list[Any]) -> No
     os.replace(tmp, out)  # a reader never sees half a summary
 
 
-def _one_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-
-
 # -- command line ------------------------------------------------------------------
 
 
@@ -506,14 +501,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--scenario", required=True,
                         help="a registered scenario (rpc-harness list) or module:attribute of the scenario shape")
-    parser.add_argument("--seed", type=int, required=True, help="the world's root seed (same on every host)")
+    add_option(parser, "seed", required=True, help="the world's root seed (same on every host)")
     parser.add_argument("--faults", default=None, help="fault plan (delay, raise, msgfail, msgdelay)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario config field (repeatable)")
     parser.add_argument("--steps", type=int, default=None, help="the scenario's training budget")
-    parser.add_argument("--fuzz", type=float, default=0.0, help="schedule fuzzing: largest seeded delay (s)")
-    parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE,
-                        help=f"seconds before a rank dumps its stacks and exits (default {DEFAULT_DEADLINE:g})")
+    add_option(parser, "fuzz", default=0.0)
+    add_option(parser, "deadline", default=COMMAND_LINE_DEADLINE,
+               help=f"seconds before a rank dumps its stacks and exits (default {COMMAND_LINE_DEADLINE:g})")
     parser.add_argument("--out", default=None, help="rank 0's JSON summary; return values go to OUT.pt")
     return parser
 
@@ -521,9 +516,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rpc_harness.torchrun ...``: run this process's rank."""
     ns = _parser().parse_args(argv)
-    if ns.deadline <= 0:
-        print("rpc_harness.torchrun: error: --deadline must be > 0", file=sys.stderr)
-        return 2
     args = RunArgs(
         scenario=ns.scenario, seed=ns.seed, faults=ns.faults, overrides=tuple(ns.overrides),
         steps=ns.steps, fuzz=ns.fuzz, deadline=ns.deadline, out=ns.out,

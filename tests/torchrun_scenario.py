@@ -135,6 +135,14 @@ class Tiny:
     names = staticmethod(names)
 
     @staticmethod
+    def validate(config, world_size, seed):
+        """Any config runs at any size."""
+
+    @staticmethod
+    def fault_checks(world_size, config):
+        return {}
+
+    @staticmethod
     def records(world):
         found = {r.name: r.value["steps"] for r in world.ranks if r.name != OWNER and isinstance(r.value, dict)}
         return found if world.ok and found else None

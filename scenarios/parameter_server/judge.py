@@ -104,7 +104,7 @@ def log_problems(world: WorldResult, records: Records, config: Config) -> list[s
 
 def server_killed_contract(world: WorldResult) -> Verdict:
     """A killed server: every trainer that failed raised fast, naming it."""
-    kill_times = [e["t"] for e in world[PS_NAME].fired_faults() if e.get("fault_kind") == "kill"]
+    kill_times = [fired.t for fired in world[PS_NAME].fired_faults() if fired.kind == "kill"]
     trainers = [r for r in world.ranks if r.name != PS_NAME]
     raised = [r for r in trainers if r.status == RAISED]
     problems = []

@@ -65,7 +65,7 @@ from .config import (
 from .judge import judge_outcome
 from .model import Policy
 from .observer import Observer
-from .ranks import entry
+from .roles import entry
 
 __all__ = [
     "AGENT_NAME", "DEFAULT_WORLD_SIZE", "FAILPOINTS", "JUDGE_MIN_EPISODES", "JUDGE_MIN_OBSERVERS",
@@ -91,6 +91,10 @@ class RLScenario:
     contract = staticmethod(judge.contract)
     compare = staticmethod(judge.compare)
     outcome = staticmethod(judge.outcome)
+
+    @staticmethod
+    def validate(config: Config, world_size: int, seed: int) -> None:
+        """Every config that constructs runs at every size from two ranks: nothing more to check."""
 
     @staticmethod
     def fault_checks(world_size: int, config: Config) -> dict[str, str]:

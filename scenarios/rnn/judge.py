@@ -42,7 +42,7 @@ def contract(world: WorldResult, records: Records | None, config: Config) -> Ver
             return Verdict(True, f"killed as planned: {', '.join(o.name for o in world.killed)}; "
                                  "every other rank finished")
         return Verdict(True, "every rank finished")
-    kill_times = {e["rank"]: e["t"] for e in world.fired_faults() if e.get("fault_kind") == "kill"}
+    kill_times = {fired.rank: fired.t for fired in world.fired_faults() if fired.kind == "kill"}
     problems, attributed = [], []
     for outcome in world.failures:
         named = [ps for ps in killed_servers if f"parameter server {ps!r} died" in (outcome.error or "")]

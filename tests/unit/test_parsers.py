@@ -116,8 +116,9 @@ def test_ill_typed_token_fields_are_refused_by_name():
     good = {"n": 2, "seed": 1, "e": "m:f"}
     decode(_token(good))
     for field, value, message in [("n", -1, "'n' must be a whole number"), ("n", True, "'n' must be a whole number"),
-                                  ("names", "ab", "'names' must be a list"), ("seed", 1.5, "'seed' must be"),
-                                  ("z", "0.1", "'z' (fuzz)"), ("f", "boom:x@y", "fault plan is invalid"),
+                                  ("names", "ab", "'names' must be a list"), ("seed", 1.5, "field 'seed': invalid seed 1.5"),
+                                  ("z", "0.1", "field 'z': invalid fuzz '0.1'"),
+                                      ("f", "boom:x@y", "field 'f': faults: unknown fault kind 'boom'"),
                                   ("e", "no colon", "'e' must be"), ("extra", 1, "unknown field")]:
         try:
             decode(_token(dict(good, **{field: value})))
@@ -129,7 +130,8 @@ def test_ill_typed_token_fields_are_refused_by_name():
 
 def test_a_repro_round_trips_with_spawned_arguments():
     repro = Repro(world_size=3, seed=9, entry="programs.echo:run_worker", spawned=True, args=(3, "x"),
-                  kwargs={"calls": 2}, faults="kill:worker1@rpc.call:echo#2?")
+                  kwargs={"calls": 2}, options={"faults": "kill:worker1@rpc.call:echo#2?", "rpc_timeout": 7,
+                                                "env": {"A": "1"}, "failpoints": ["x.step"]})
     assert decode(repro.token()) == repro
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import zlib
 
 import pytest
 from hypothesis import find, settings
@@ -16,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def test_tokens_round_trip():
     repro = Repro(world_size=3, seed=42, scenario="ps", names=("parameter_server", "trainer1", "trainer2"),
-                  faults="kill:trainer2@trainer.step#3", fuzz=0.01, config={"steps": 4})
+                  config={"steps": 4}, options={"faults": "kill:trainer2@trainer.step#3", "fuzz": 0.01})
     token = repro.token()
     assert token.startswith("rpch1_")
     assert decode(token) == repro
@@ -37,14 +40,15 @@ def test_bad_tokens_say_what_is_wrong(token, message):
 
 
 def test_a_token_with_a_bad_plan_is_refused_before_running():
-    # A Repro does not parse its plan until asked, so a token can carry one
-    # that does not parse (a damaged or hand-made token); decode refuses it.
+    # A Repro checks its plan when made, but a token can carry one that does
+    # not parse (a damaged or hand-made token): decode refuses it, naming the field.
     for plan, message in (("boom:w0@x.step", "unknown fault kind 'boom' in 'boom:w0@x.step'"),
                           ("kill:w0", "cannot parse fault 'kill:w0'")):
-        bad = Repro(world_size=2, seed=1, entry="m:f", faults=plan).token()
-        with pytest.raises(ReplayError, match=re.escape(f"repro token's fault plan is invalid: repro token: {message}")):
+        raw = json.dumps({"n": 2, "seed": 1, "e": "m:f", "f": plan}).encode()
+        bad = "rpch1_" + base64.urlsafe_b64encode(zlib.compress(raw)).decode().rstrip("=")
+        with pytest.raises(ReplayError, match=re.escape(f"repro token field 'f': faults: {message}")):
             decode(bad)
-    good = Repro(world_size=2, seed=1, entry="m:f", faults="kill:w0@x.step#2").token()
+    good = Repro(world_size=2, seed=1, entry="m:f", options={"faults": "kill:w0@x.step#2"}).token()
     assert decode(good).plan.faults[0].hit == 2
 
 

@@ -88,12 +88,11 @@ def test_bad_plans_and_sizes_are_refused_before_anything_starts():
 
 
 def _server_killed_world(raise_after: float, error: str) -> harness.WorldResult:
+    from harness.events import FaultFired
     from harness.result import RankOutcome
 
     server = RankOutcome(0, "parameter_server", status="killed", signal="SIGKILL")
-    server.events = [
-        {"t": 100.0, "kind": "fault", "fault_kind": "kill", "point": "ps.forward", "hit": 4}
-    ]
+    server.events = [FaultFired(100.0, 0, "kill:parameter_server@ps.forward#4", "kill", "ps.forward", 4).as_event()]
     trainer = RankOutcome(1, "trainer1", status="raised", error=error)
     trainer.events = [{"t": 100.0 + raise_after, "kind": "raised", "error": error}]
     others = RankOutcome(2, "trainer2", status="stopped")

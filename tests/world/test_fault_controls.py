@@ -28,7 +28,7 @@ def steps_logged(outcome):
 
 def fired(result):
     """(rank, fault, hit) of every fault that fired, in time order."""
-    return [(f["rank"], f["fault"], f["hit"]) for f in result.fired_faults()]
+    return [(f.rank, f.fault, f.hit) for f in result.fired_faults()]
 
 
 def test_a_delay_makes_its_steps_take_at_least_its_time():
@@ -100,7 +100,7 @@ def test_a_msgdelay_delays_every_send_of_the_type_it_names():
     assert len(took) == 2 and all(t >= 0.3 for t in took), took
     # Its two rpc_sync calls, not the remote() and its fetch, which are other types.
     assert result.fault_counts() == {"msgdelay:worker0@PYTHON_CALL=0.3s": 2}
-    assert {(f["rank"], f["point"]) for f in result.fired_faults()} == {(0, "PYTHON_CALL")}
+    assert {(f.rank, f.point) for f in result.fired_faults()} == {(0, "PYTHON_CALL")}
 
 
 def test_a_msgfail_within_torchs_retries_fails_each_send_that_often_and_the_world_succeeds():
@@ -111,8 +111,8 @@ def test_a_msgfail_within_torchs_retries_fails_each_send_that_often_and_the_worl
     assert result.ok and result[0].value == [1, 2]
     assert result.fault_counts() == {"msgfail:worker0@RREF_USER_DELETE=2": 4}
     events = result.fired_faults()
-    assert {(f["rank"], f["point"]) for f in events} == {(0, "RREF_USER_DELETE")}
-    assert sorted(f["try"] for f in events) == [1, 1, 2, 2], "two tries of each message failed, none more"
+    assert {(f.rank, f.point) for f in events} == {(0, "RREF_USER_DELETE")}
+    assert sorted(f.attempt for f in events) == [1, 1, 2, 2], "two tries of each message failed, none more"
 
 
 def test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world():
@@ -124,7 +124,7 @@ def test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world():
                                check=False)
     assert not result.ok
     assert result.fault_counts() == {plan: TORCH_TRIES}
-    assert sorted(f["try"] for f in result.fired_faults()) == list(range(1, TORCH_TRIES + 1))
+    assert sorted(f.attempt for f in result.fired_faults()) == list(range(1, TORCH_TRIES + 1))
     assert result.problems == [
         f"{plan} failed 1 message(s) on all {TORCH_TRIES} of torch's tries: they were lost (torch reports a lost "
         "RRef message only as a shutdown that waits ~100 s, a lost fork request by aborting its sender)"

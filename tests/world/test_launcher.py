@@ -113,7 +113,7 @@ def test_a_rank_the_plan_kills_is_expected_and_the_others_finish(assert_gone):
     assert result[0].value == result[2].value == {}
     assert [r.status for r in result] == ["ok", "killed", "ok"]
     fired = result.fired_faults()
-    assert [(f["rank"], f["fault"], f["hit"]) for f in fired] == [(1, "kill:worker1@test.step#2", 2)]
+    assert [(f.rank, f.fault, f.hit) for f in fired] == [(1, "kill:worker1@test.step#2", 2)]
     assert_gone(pids_of(result))
 
 

@@ -169,9 +169,9 @@ def test_seeded(rpc_world):
     ("args", "message"),
     [
         (["--rpc-seed=abc"], "--rpc-seed: invalid seed 'abc'"),
-        (["--rpc-deadline=soon"], "--rpc-deadline: invalid value 'soon'"),
-        (["--rpc-deadline=-1"], "--rpc-deadline: invalid value '-1'; use seconds > 0"),
-        (["--rpc-call-timeout=0"], "--rpc-call-timeout: invalid value '0'; use seconds > 0"),
+        (["--rpc-deadline=soon"], "--rpc-deadline: invalid deadline 'soon'"),
+        (["--rpc-deadline=-1"], "--rpc-deadline: invalid deadline '-1'; use seconds > 0"),
+        (["--rpc-call-timeout=0"], "--rpc-call-timeout: invalid rpc_timeout '0'; use seconds > 0"),
         (["--rpc-fuzz=5"], "--rpc-fuzz: invalid fuzz '5'; use the largest delay in seconds, 0..1"),
     ],
 )

@@ -46,7 +46,7 @@ def test_a_bad_call_fails_the_rank_that_made_it():
 def test_a_hung_rank_is_described_with_how_far_it_had_come():
     with pytest.raises(WorldTimeout) as info:
         harness.run_world(worlds.progress_then_hang, 2, seed=1, deadline=3)
-    assert "rank 1 (worker1): hung: still in entry (after 3/10 items) at the deadline" in str(info.value)
+    assert "rank 1 (worker1): hung: still in its entry (after 3/10 items) at the deadline" in str(info.value)
 
 
 def test_a_callback_that_raises_stops_the_world_and_leaves_no_rank(tmp_path, assert_gone):

@@ -39,11 +39,11 @@ def check_fired(world):
     __tracebackhide__ = True
     counts = world.fault_counts()
     for fault in world.faults:
-        events = [e for e in world.fired_faults() if e["fault"] == str(fault)]
+        events = [e for e in world.fired_faults() if e.fault == str(fault)]
         assert fault.optional or counts[str(fault)] >= 1, f"{fault} never fired"
         assert len(events) == counts[str(fault)]
-        assert {(e["rank"], e["point"]) for e in events} <= {(world.names.index(fault.target), fault.point)}
-        hits = sorted(e["hit"] for e in events)
+        assert {(e.rank, e.point) for e in events} <= {(world.names.index(fault.target), fault.point)}
+        hits = sorted(e.hit for e in events)
         if fault.kind == "kill":
             assert hits in ([], [fault.hit]), (fault, hits)
         else:

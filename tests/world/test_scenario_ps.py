@@ -72,7 +72,7 @@ def test_a_frozen_trainer_is_reaped_and_the_others_finish():
     assert report.details["reaped"] == ["trainer2"]
     assert [b for t, b in report.details["order"] if t == "trainer2"] == [0, 1]
     reaped = [e for e in world["parameter_server"].events if e.get("name") == "ps.reaped"]
-    frozen_at = world["trainer2"].fired_faults()[0]["t"]
+    frozen_at = world["trainer2"].fired_faults()[0].t
     assert reaped[0]["t"] - frozen_at >= 3 * config.ping_timeout, "three pings timed out first"
 
 
@@ -110,7 +110,7 @@ def test_retried_message_failures_still_give_matching_gradients():
     # of the parameters' and of the optimizer made on the server.
     world = report.world
     assert world.fault_counts() == {plan: 1 + N_PARAMS + 1}
-    assert {(f["rank"], f["point"], f["try"]) for f in world.fired_faults()} == {
+    assert {(f.rank, f.point, f.attempt) for f in world.fired_faults()} == {
         (world.names.index("trainer1"), "RREF_USER_DELETE", 1)}
 
 

@@ -64,9 +64,9 @@ def test_slow_observer_changes_nothing():
     steps = sum(ep.rewards["observer1"] for ep in records.episodes)
     assert steps > 0 and len(fired) == steps
     observer1 = report.world.names.index("observer1")
-    assert {(f["rank"], f["point"], f["fault"]) for f in fired} == {
+    assert {(f.rank, f.point, f.fault) for f in fired} == {
         (observer1, "observer.step", "delay:observer1@observer.step#1+=0.02s")}
-    assert sorted(f["hit"] for f in fired) == list(range(1, int(steps) + 1))
+    assert sorted(f.hit for f in fired) == list(range(1, int(steps) + 1))
     assert report.details["bit_exact"]
     assert report.history == report.baseline_history
 
@@ -129,7 +129,7 @@ def test_an_exception_is_not_mistaken_for_a_death(faults, origin):
     assert agent.status == "raised", agent.describe()
     # The agent names the observer whose episode failed and where it began.
     assert re.match(r"RuntimeError: observer\d failed in episode 1: ", agent.error), agent.error
-    assert f"InjectedFault('injected fault {faults} fired on hit" in agent.error
+    assert f"InjectedFault: injected fault {faults} fired on hit" in agent.error
     assert f"(raised on {origin})" in agent.error, agent.error
     assert report.details.get("dropped") is None
 

@@ -79,7 +79,7 @@ def test_killed_parameter_server_is_named_fast(world_size, victim):
     rnn.check(report)  # contract_ok: attributed, fast, nothing else failed
     world = report.world
     assert report.details["killed_servers"] == [victim]
-    assert [f["fault_kind"] for f in world[victim].fired_faults()] == ["kill"]
+    assert [f.kind for f in world[victim].fired_faults()] == ["kill"]
     trainer = world["trainer"]
     assert trainer.status == "raised"
     assert f"parameter server {victim!r} died" in trainer.error
@@ -114,8 +114,8 @@ def test_retried_message_failures_change_nothing(world_size, faults, per_step, o
     sends = per_step * report.steps + once
     assert world.fault_counts() == {faults: sends}
     fired = world.fired_faults()
-    assert {(f["rank"], f["point"], f["try"]) for f in fired} == {(world.names.index(fault.target), fault.point, 1)}
-    assert sorted(f["hit"] for f in fired) == list(range(1, sends + 1))
+    assert {(f.rank, f.point, f.attempt) for f in fired} == {(world.names.index(fault.target), fault.point, 1)}
+    assert sorted(f.hit for f in fired) == list(range(1, sends + 1))
 
 
 def test_slow_parameter_server_gives_the_same_gradients():
@@ -125,8 +125,8 @@ def test_slow_parameter_server_gives_the_same_gradients():
     fired = report.world.fired_faults()
     assert len(fired) == 2 * report.steps  # embedding and decoder forward, every step
     ps = report.world.names.index("ps")
-    assert {(f["rank"], f["point"], f["fault"]) for f in fired} == {(ps, "ps.forward", "delay:ps@ps.forward#1+=0.01s")}
-    assert sorted(f["hit"] for f in fired) == list(range(1, 2 * report.steps + 1))
+    assert {(f.rank, f.point, f.fault) for f in fired} == {(ps, "ps.forward", "delay:ps@ps.forward#1+=0.01s")}
+    assert sorted(f.hit for f in fired) == list(range(1, 2 * report.steps + 1))
     assert report.grads_checked > 0
 
 

@@ -20,7 +20,7 @@ PS_UPDATE = "rpc.call:BatchUpdateParameterServer.update_and_fetch_model"
 
 
 def fired(result, fault):
-    return [e for e in result.fired_faults() if e["fault"] == fault]
+    return [e for e in result.fired_faults() if e.fault == fault]
 
 
 def spans(result, name, kind="serve"):
@@ -46,7 +46,7 @@ def test_a_tutorial_program_runs_unchanged_and_its_names_are_the_workers(rpc_wor
 def test_an_observer_slowed_where_it_serves_its_episodes(rpc_world):
     fault = "delay:obs1@rpc.serve:Observer.run_episode#1+=0.2s"
     result = rpc_world.spawn(tutorial_rl.run_worker, args=(3, 2, 10), nprocs=3, faults=fault)
-    assert [(e["rank"], e["hit"]) for e in fired(result, fault)] == [(1, 1), (1, 2)], "once per episode, on obs1"
+    assert [(e.rank, e.hit) for e in fired(result, fault)] == [(1, 1), (1, 2)], "once per episode, on obs1"
     episodes = [(b, e) for b, e in spans(result, "obs1") if b["func"] == "_call_method(Observer.run_episode)"]
     assert len(episodes) == 2 and all(e["t"] - b["t"] >= 0.2 for b, e in episodes), "each served episode waited"
     assert not fired(result, "delay:obs2@rpc.serve:Observer.run_episode#1+=0.2s")
@@ -58,7 +58,7 @@ def test_a_trainer_killed_the_third_time_it_calls_the_parameter_server(rpc_world
     # with one dead it never answers the others. The world hangs, and says where.
     result = rpc_world.spawn(tutorial_ps.run_worker, args=(4,), nprocs=4, faults=fault, deadline=8, check=False)
     assert result["trainer2"].status == "killed"
-    assert [(e["rank"], e["hit"]) for e in fired(result, fault)] == [(2, 3)], "exactly at the third call"
+    assert [(e.rank, e.hit) for e in fired(result, fault)] == [(2, 3)], "exactly at the third call"
     updates = [e for e in result["trainer2"].events if e["kind"] == "rpc_begin" and "update_and_fetch" in e["func"]]
     assert len(updates) == 2, "the third call was never sent"
     assert result.timed_out and result["ps"].status == "hung"
@@ -139,7 +139,7 @@ def test_a_function_of_the_program_becomes_a_failpoint_without_a_change(rpc_worl
     agent = caught.value.result["agent"]
     assert agent.status == "raised" and agent.error == "InjectedFault: no update (rank 0, agent)"
     assert "rewards.append(agent.finish_episode())" in agent.traceback
-    assert [e["hit"] for e in fired(caught.value.result, "raise:agent@call:programs.tutorial_rl:Agent.finish_episode#2=no update")] == [2]
+    assert [e.hit for e in fired(caught.value.result, "raise:agent@call:programs.tutorial_rl:Agent.finish_episode#2=no update")] == [2]
 
 
 def test_the_programs_own_graceful_shutdown_returns_after_a_planned_kill(rpc_world):

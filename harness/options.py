@@ -1,0 +1,253 @@
+"""World options, each declared once.
+
+A world option (its seed, deadline, fault plan, fuzz, ...) reaches a world
+through several doors: an argument of ``run_world``/``spawn`` and of the
+fixture's ``run``/``spawn``, the ``rpc_world`` marker, a pytest flag and ini
+key, an ``rpc-harness run`` flag, a replay token. Each option is one field
+of :class:`WorldOptions`; its metadata says which doors it has, how its text
+form is read, how its value is checked (one check, whatever the door, with
+the door named in the error) and how it is written back into a replay line.
+Everything else reads this declaration: ``spec.make_spec``, the plugin's
+options, markers and settings, ``repro``'s tokens and Python lines, and the
+CLI. Adding an option is one field here plus its use in the rank; the public
+signatures name it too, and a unit test keeps them equal to the fields.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import WorldSpecError
+from .faults import FaultPlan
+from .seeds import MAX_SEED, fresh_seed
+
+DEFAULT_DEADLINE = 60.0  # seconds the entries may run, counted from when every rank has joined
+# rpc-harness run and the torchrun runner: whole training runs, minutes long.
+COMMAND_LINE_DEADLINE = 300.0
+DEFAULT_RPC_TIMEOUT = 60.0  # seconds an RPC waits for its answer (torch's own default)
+# The longest budget any option takes: a week. Larger values mean "never"
+# to a user and overflow torch's millisecond timeouts; inf and nan pass no check.
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_FUZZ = 1.0  # seconds: the largest seeded delay of schedule fuzzing
+MAX_WORLD_SIZE = 256
+# Worlds with message faults or fuzzing run torch's faulty agent, which cannot
+# leave TensorPipe's shared-memory transport: its AF_UNIX backlog of 128 takes
+# 4 connections a rank when every rank reaches one at once (graceful
+# shutdown's all-gather), so 34 ranks and more fail.
+MAX_FAULTY_WORLD_SIZE = 33
+
+
+def default_bringup(world_size: int) -> float:
+    """Seconds a world of ``world_size`` ranks may take to come up (every rank
+    forked and through init_rpc) before it fails as a bring-up failure:
+    60 s, and more for large worlds (measured: 256 ranks take ~40 s here)."""
+    return max(60.0, 0.5 * world_size)
+
+
+# -- the checks, one per kind of value -------------------------------------------------
+
+
+def check_seconds(what: str) -> Callable[[Any, str], float]:
+    """A check for a number of seconds: finite, > 0, at most a week."""
+
+    def check(value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not (
+            0 < value <= MAX_SECONDS
+        ):
+            raise WorldSpecError(f"{where}: invalid {what} {value!r}; use seconds > 0 (at most {MAX_SECONDS:g})")
+        return float(value)
+
+    return check
+
+
+def check_seed(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise WorldSpecError(f"{where}: invalid seed {value!r}; use a whole number 0..2**63-1")
+    return value
+
+
+def check_fuzz(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_FUZZ:
+        raise WorldSpecError(f"{where}: invalid fuzz {value!r}; use the largest delay in seconds, 0..{MAX_FUZZ:g}")
+    return float(value)
+
+
+def check_faults(value: Any, where: str) -> FaultPlan:
+    return FaultPlan.coerce(value, where=f"{where}: faults")
+
+
+def check_failpoints(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(p, str) for p in value):
+        raise WorldSpecError(f"{where}: failpoints must be a list of failpoint names, got {value!r}")
+    return tuple(value)
+
+
+def check_env(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, tuple) and all(isinstance(pair, tuple) and len(pair) == 2 for pair in value):
+        value = dict(value)  # the checked form itself
+    if not isinstance(value, Mapping):
+        raise WorldSpecError(f"{where}: env must map str to str, got {type(value).__name__}")
+    for key, text in value.items():
+        if not isinstance(key, str) or not isinstance(text, str):
+            raise WorldSpecError(f"{where}: env must map str to str, got {key!r}: {text!r}")
+    threads = value.get("OMP_NUM_THREADS")
+    if threads is not None and not (threads.isascii() and threads.isdigit() and int(threads) >= 1):
+        raise WorldSpecError(f"{where}: env OMP_NUM_THREADS={threads!r} is not a positive whole number")
+    return tuple(sorted(value.items()))
+
+
+def check_isolate(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise WorldSpecError(f"{where}: isolate must be True, False or None, got {value!r}")
+    return value
+
+
+def parse_number(text: str) -> float:
+    """A number from the command line or an ini file; its range is the option's check."""
+    return float(text)
+
+
+def parse_whole(text: str) -> int:
+    return int(text, 0)
+
+
+# -- the declaration -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one world option is read, checked and written back.
+
+    ``check(value, where)`` returns the value to use (normalised: a plan from
+    its text, a tuple from a list) or raises :class:`WorldSpecError` naming
+    ``where``; it is given None never (None means "the default").
+    ``parse`` reads the text form (a command line, an ini file) before the
+    check. ``plain`` turns a value into the plain data a token and a Python
+    replay line hold, which ``check`` reads back.
+    """
+
+    help: str
+    check: Callable[[Any, str], Any]
+    parse: Callable[[str], Any] | None = None
+    flag: str | None = None  # the pytest flag; its ini key is the flag's name with underscores
+    marker: bool = False  # a key of the rpc_world marker
+    token: str | None = None  # the field of replay tokens that carries it
+    command_line: str | None = None  # the rpc-harness run flag
+    plain: Callable[[Any], Any] = lambda value: value
+
+    @property
+    def ini(self) -> str | None:
+        return self.flag.removeprefix("--").replace("-", "_") if self.flag else None
+
+    def read(self, text: str, where: str) -> Any:
+        """The checked value of the text form (command line, ini file); an
+        error shows the text as it was typed."""
+        assert self.parse is not None
+        try:
+            return self.check(self.parse(text.strip()), where)
+        except (ValueError, WorldSpecError):
+            return self.check(text, where)  # refused again, naming what was typed
+
+
+def option(default: Any, **declaration: Any) -> Any:
+    return field(default=default, metadata={"option": Option(**declaration)})
+
+
+@dataclass(frozen=True)
+class WorldOptions:
+    """Every world option, checked. Built by :meth:`from_values`."""
+
+    seed: int | None = option(
+        None, check=check_seed, parse=parse_whole, marker=True, token="seed", command_line="--seed",
+        help="root seed of the world: data, model, sampling and fault schedules derive from it (default: random)")
+    deadline: float = option(
+        DEFAULT_DEADLINE, check=check_seconds("deadline"), parse=parse_number, flag="--rpc-deadline", marker=True,
+        command_line="--deadline",
+        help="deadline in seconds of each RPC world, counted from when every rank has joined; a world still "
+             f"running then fails with every rank's stacks (default: {DEFAULT_DEADLINE:g})")
+    bringup: float | None = option(
+        None, check=check_seconds("bring-up budget"), parse=parse_number, flag="--rpc-bringup", marker=True,
+        help="bring-up budget in seconds of each RPC world: every rank forked and through init_rpc "
+             "(default: 60, or 0.5 s a rank for larger worlds); the deadline counts from its end")
+    rpc_timeout: float | None = option(
+        None, check=check_seconds("rpc_timeout"), parse=parse_number, flag="--rpc-call-timeout", marker=True,
+        token="t",
+        help=f"seconds an RPC waits for its answer in the worlds' ranks (default: {DEFAULT_RPC_TIMEOUT:g}, "
+             "torch's own, or a spawned program's own)")
+    faults: FaultPlan = option(
+        FaultPlan(), check=check_faults, parse=str, marker=True, token="f", command_line="--faults", plain=str,
+        help="fault plan, e.g. kill:trainer2@trainer.step#3")
+    failpoints: tuple[str, ...] | None = option(
+        None, check=check_failpoints, token="fp", plain=list,
+        help="the failpoints a fault plan may name (checked before any process starts)")
+    fuzz: float = option(
+        0.0, check=check_fuzz, parse=parse_number, flag="--rpc-fuzz", marker=True, token="z", command_line="--fuzz",
+        help="schedule fuzzing: largest seeded random delay in seconds at failpoints and message sends "
+             "(default: 0, off)")
+    env: tuple[tuple[str, str], ...] = option(
+        (), check=check_env, token="env", plain=dict,
+        help="environment variables set in every rank before its program runs")
+    isolate: bool | None = option(
+        None, check=check_isolate,
+        help="a network namespace of the world's own: None where possible, True or error, False never")
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], *, where: str) -> WorldOptions:
+        """Check every value given (None: the default) and fill in the rest.
+        A seed left to chance is drawn here, once."""
+        unknown = sorted(set(values) - set(NAMES))
+        if unknown:
+            raise WorldSpecError(f"{where}: unknown world option(s) {unknown}; world options: {', '.join(NAMES)}")
+        checked = {}
+        for name, value in values.items():
+            if value is not None:
+                checked[name] = DECLARED[name].check(value, where)
+        if checked.get("seed") is None:
+            checked["seed"] = fresh_seed()
+        return cls(**checked)
+
+    def given(self) -> Iterator[tuple[str, Any]]:
+        """``(name, value)`` of every option that is not its default, in declaration order."""
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            if value != spec.default:
+                yield spec.name, value
+
+
+DECLARED: dict[str, Option] = {spec.name: spec.metadata["option"] for spec in dataclasses.fields(WorldOptions)}
+NAMES: tuple[str, ...] = tuple(DECLARED)
+# The world's shape: not options, but the marker and the doors take them too.
+SHAPE = ("world_size", "names")
+MARKER_KEYS: tuple[str, ...] = SHAPE + tuple(name for name, spec in DECLARED.items() if spec.marker)
+
+
+def arguments(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """The world options among a call's arguments (``locals()`` of a public
+    function whose keywords are the declared options)."""
+    return {name: scope[name] for name in NAMES}
+
+
+def add_option(parser: argparse.ArgumentParser, name: str, *, default: Any = None, help: str = "",
+               required: bool = False) -> None:
+    """World option ``name`` as a flag of a command (``rpc-harness run``, the
+    torchrun runner): read and checked as every door reads and checks it; a
+    bad value exits 2 naming the flag."""
+    spec = DECLARED[name]
+    flag = spec.command_line
+    assert flag is not None, f"world option {name} has no command-line flag"
+
+    def read(text: str) -> Any:
+        try:
+            return spec.read(text, flag)
+        except ValueError as error:  # WorldSpecError, FaultPlanError
+            message = str(error).removeprefix(f"{flag}: ").removeprefix(f"{name}: ")
+            raise argparse.ArgumentTypeError(message) from None
+
+    parser.add_argument(flag, type=read, default=default, required=required, help=help or spec.help)
