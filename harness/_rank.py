@@ -94,6 +94,8 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
     )
     _rpc_hooks.start(ctx, events)
     try:
+        if options.setup is not None:  # before the plan's patches: a call: fault aims at what the program calls
+            options.setup.load(where=f"rank {boot.rank}: setup")()
         _arm_faults_without_code(options.faults, ctx)
         program = boot.entry.load(where=f"rank {boot.rank}")
         args, kwargs = pickle.loads(boot.payload)

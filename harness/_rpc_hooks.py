@@ -26,6 +26,7 @@ method's (``Observer.run_episode``); for an RRef proxy ``Type.method``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import threading
@@ -42,6 +43,11 @@ _APIS = ("rpc_sync", "rpc_async", "remote")
 _MARK = "_rpc_harness_hook"
 
 _watch: _Watch | None = None  # this rank's, once start() ran
+# The types of the objects this rank's remote(to, SomeClass) calls made, by RRef.
+_remote_types: dict[str, type] = {}
+# Set on a thread serving a proxy method sent as the function: the owner's
+# call to itself inside it is torch's plumbing, not an RPC the program issued.
+_serving_proxy_method = threading.local()
 
 
 def install() -> None:
@@ -83,20 +89,45 @@ def rpc_names(func: Any, args: Any, *, serving: bool) -> tuple[str, ...]:
         rref, method = args[0], args[1]
         owner_type = type(rref.local_value()) if serving else _rref_type(rref)
         return (f"{getattr(owner_type, '__qualname__', 'RRef')}.{method}",)
+    if is_proxy_method(func):
+        rref, method = func.args[0], func.args[2]
+        owner_type = type(rref.local_value()) if rref.is_owner() else _known_type(rref)
+        return (f"{getattr(owner_type, '__qualname__', 'RRef')}.{method}",)
     name = function_name(func)
     if len(args) >= 2 and isinstance(args[0], (types.FunctionType, types.MethodType)) and _is_rref(args[1]):
         return (name, args[0].__qualname__)
     return (name,)
 
 
+def is_proxy_method(func: Any) -> bool:
+    """Whether ``func`` is an RRef proxy's method sent as the function itself,
+    ``rpc_async(owner, rref.rpc_sync().run_episode)`` (as the RL tutorial's
+    agent starts its episodes): ``functools.partial(_invoke_rpc, rref,
+    rpc_api, method_name, timeout)``, which the owner runs by calling itself."""
+    from torch.distributed.rpc import rref_proxy
+
+    return isinstance(func, functools.partial) and func.func is rref_proxy._invoke_rpc and len(func.args) >= 3
+
+
+def _known_type(rref: Any) -> Any:
+    """The type of the object a user RRef points at: known when this rank
+    made it with ``remote(to, SomeClass)``, or cached by torch; otherwise
+    asked of its owner (one internal RPC, whose answer torch caches)."""
+    found = _remote_types.get(str(rref)) or _rref_type(rref)
+    return found if found is not None else rref._get_type()
+
+
 def function_name(func: Any) -> str:
-    """A function's qualified name; a TorchScript function's own name."""
+    """A function's qualified name; a TorchScript function's own name; never
+    a repr holding an address, which no plan could aim at."""
     import torch
 
     script = func if isinstance(func, torch.jit.ScriptFunction) else getattr(func, "_wrapped_async_rpc_function", None)
     if isinstance(script, torch.jit.ScriptFunction):
         return str(script.name)
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if isinstance(func, functools.partial):
+        return function_name(func.func)
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__qualname__
 
 
 def describe(names: tuple[str, ...]) -> str:
@@ -194,8 +225,9 @@ class _Watch:
     def call(self, api: str, original: Callable[..., Any], to: Any, func: Any, args: Any, kwargs: Any,
              timeout: float) -> Any:
         names = rpc_names(func, args, serving=False)
-        for name in names:
-            self.ctx.failpoint(f"rpc.call:{name}")
+        if not getattr(_serving_proxy_method, "active", False):
+            for name in names:
+                self.ctx.failpoint(f"rpc.call:{name}")
         if self.delays:
             self.count_send(_msgfaults.send_type(api, func, args, kwargs))
         span = self.calls.begin(describe(names), api=api, to=self._peer(to))
@@ -213,6 +245,8 @@ class _Watch:
                 value._get_future().add_done_callback(lambda future: self.calls.end(span, _error_of(future)))
             else:
                 self.calls.end(span, None)
+        if api == "remote" and isinstance(func, type):
+            _remote_types[str(value)] = func
         if api == "remote" and self.delays and _msgfaults.send_type(api, func).startswith("SCRIPT"):
             self.scripted_rrefs.add(str(value))
         return value
@@ -229,6 +263,14 @@ class _Watch:
             # Inside torch's own try/except: an exception a failpoint raises
             # here reaches the caller exactly as the function's own would.
             spans.append(self.serves.begin(describe(names)))
+            if is_proxy_method(func):
+                # The method itself runs in torch's call of the owner to
+                # itself, served (and failpointed) there like any proxy call.
+                _serving_proxy_method.active = True
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    _serving_proxy_method.active = False
             for name in names:
                 self.ctx.failpoint(f"rpc.serve:{name}")
             return func(*args, **kwargs)

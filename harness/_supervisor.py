@@ -181,7 +181,7 @@ class Supervisor:
         """A spawned program's rank joined: its init_rpc says every worker's name."""
         if self.names and all(self.names) and tuple(names) != tuple(self.names):
             self.problems.append(
-                f"the program named its workers {list(names)}, not {list(self.names)} as spawn(names=...) said")
+                f"{R.NAMES_MISMATCH} {list(names)}, not {list(self.names)} as spawn(names=...) said")
             return
         if all(o.name for o in self.outcomes):
             return
@@ -331,7 +331,9 @@ class Supervisor:
         plan = self.spec.options.faults
         _tally.add_message_failures(plan, self.outcomes)
         problems = list(self.problems) + _tally.lost_messages(plan, self.outcomes)
-        if not self.timed_out and not any(o.failed or o.status == R.SKIPPED for o in self.outcomes):
+        stopped_early = self.timed_out or bool(self.problems) or any(
+            o.failed or o.status == R.SKIPPED for o in self.outcomes)
+        if not stopped_early:
             # Only a world that ran its course can say a fault never fired:
             # one stopped early never gave the others their chance.
             problems += _tally.unfired(plan, self.outcomes)

@@ -17,7 +17,7 @@ from collections import Counter
 from . import _msgfaults
 from .events import FaultFired
 from .faults import TORCH_SEND_TRIES, Fault, FaultPlan
-from .result import RankOutcome
+from .result import LOST, NEVER_FIRED, RankOutcome
 
 SHOWN_HITS = 12  # failpoints listed for an unfired fault's rank
 
@@ -45,25 +45,29 @@ def unfired(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
 
 
 def lost_messages(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
-    """One line for each ``msgfail`` that failed a message on every one of
-    torch's tries: the message is lost."""
+    """One line for each ``msgfail`` that fails all of torch's tries of a
+    message: every message whose first try it failed is lost, whether torch's
+    retries (about a second apart) ran out before the world ended or were
+    still pending when it did (they stop at shutdown, and log nothing more)."""
     out = []
     for fault in plan:
-        if fault.kind != "msgfail":
+        if fault.kind != "msgfail" or int(fault.arg or 1) < TORCH_SEND_TRIES:  # type: ignore[arg-type]
             continue
-        lost = [f for o in outcomes for f in o.fired_faults()
-                if f.fault == str(fault) and f.attempt == TORCH_SEND_TRIES]
-        if lost:
-            out.append(
-                f"{fault} failed {len(lost)} message(s) on all {TORCH_SEND_TRIES} of torch's tries: they were "
-                "lost (torch reports a lost RRef message only as a shutdown that waits ~100 s, a lost fork "
-                "request by aborting its sender)"
-            )
+        tries = [f.attempt for o in outcomes for f in o.fired_faults() if f.fault == str(fault)]
+        touched, spent = tries.count(1), tries.count(TORCH_SEND_TRIES)
+        if not touched:
+            continue
+        pending = f", {touched - spent} of them still in torch's retries when the world ended" if touched > spent else ""
+        out.append(
+            f"{fault} fails all {TORCH_SEND_TRIES} of torch's tries of a message: {touched} {LOST}{pending} "
+            "(torch reports a lost RRef message only as a shutdown that waits ~100 s, a lost fork request by "
+            "aborting its sender)"
+        )
     return out
 
 
 def _never_fired(fault: Fault, outcome: RankOutcome | None) -> str:
-    head = f"fault {fault} never fired"
+    head = f"fault {fault} {NEVER_FIRED}"
     if outcome is None:
         return f"{head}: no rank is called {fault.target!r}"
     if not fault.spec.at_failpoint:

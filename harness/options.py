@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .entry import EntryRef
 from .errors import WorldSpecError
 from .faults import FaultPlan
 from .seeds import MAX_SEED, fresh_seed
@@ -107,6 +109,21 @@ def check_isolate(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise WorldSpecError(f"{where}: isolate must be True, False or None, got {value!r}")
     return value
+
+
+def check_setup(value: Any, where: str) -> EntryRef:
+    """A function every rank calls with no arguments before its entry."""
+    if isinstance(value, EntryRef):
+        return value
+    ref = EntryRef.of(value, where=f"{where}: setup")
+    function = value if callable(value) else ref.load(where=f"{where}: setup") if ref.main_file is None else None
+    try:
+        inspect.signature(function).bind() if function is not None else None
+    except TypeError:
+        raise WorldSpecError(f"{where}: setup {ref} must be callable with no arguments") from None
+    except ValueError:  # a builtin without a signature: nothing to check
+        pass
+    return ref
 
 
 def parse_number(text: str) -> float:
@@ -197,6 +214,11 @@ class WorldOptions:
     isolate: bool | None = option(
         None, check=check_isolate,
         help="a network namespace of the world's own: None where possible, True or error, False never")
+    setup: EntryRef | None = option(
+        None, check=check_setup, token="su", plain=str,
+        help="a module-level function (or 'package.module:function') that every rank calls with no arguments "
+             "before its entry or program: setup that must reach the ranks, which are forked from a forkserver "
+             "and see no patch made in the test process")
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], *, where: str) -> WorldOptions:

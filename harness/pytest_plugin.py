@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .progress import Progress
     from .result import WorldResult
 
-from .options import DECLARED, MARKER_KEYS, arguments
+from .options import DECLARED, MARKER_KEYS, SHAPE, arguments
 from .repro import SEED_FLAG
 
 # The plugin's own settings (not world options, which options.py declares).
@@ -155,7 +156,7 @@ class Settings:
         session = config.stash[_session_values_key]
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        for option in MARKER_KEYS:
+        for option in (*SHAPE, *DECLARED):  # the marker and the session only hold the ones they may
             if call.get(option) is not None:
                 values[option], sources[option] = call[option], "argument"
             elif option in marker:
@@ -274,6 +275,7 @@ class RpcWorld:
         fuzz: float | None = None,
         env: Mapping[str, str] | None = None,
         isolate: bool | None = None,
+        setup: Callable[[], Any] | str | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:
@@ -304,6 +306,7 @@ class RpcWorld:
         fuzz: float | None = None,
         env: Mapping[str, str] | None = None,
         isolate: bool | None = None,
+        setup: Callable[[], Any] | str | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:
@@ -331,11 +334,15 @@ class RpcWorld:
             spawned=how == "spawn", where=settings.where(f"rpc_world.{how}() in {self._request.node.nodeid}"),
             **options,
         )
+        # What the forkserver imported before this world besides the entry's
+        # module: the test module (its import-time setup), the ini's rpc_preload.
+        preloaded = [*self._config.getini(PRELOAD_INI), self._request.module.__name__]
+        modules = [(name, _import_folder(name)) for name in dict.fromkeys(preloaded) if name in sys.modules]
         ways = [self.repro]
-        token = world_token(spec, path=_import_folder(spec.entry.module))
+        token = world_token(spec, path=_import_folder(spec.entry.module), modules=modules)
         if token is not None:
             ways.append(token.command())
-        ways.append(python_call(spec))
+        ways.append(python_call(spec, modules=modules))
         spec = dataclasses.replace(spec, repro="\n    or: ".join(ways))
         result = launch(spec, on_progress=on_progress)
         self.results.append(result)
@@ -385,8 +392,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 def _import_folder(module_name: str) -> str:
     """The folder a module's dotted name is imported from (up one level per
     package in the name), or "" when the module is not loaded from a file."""
-    import sys
-
     module = sys.modules.get(module_name)
     if module is None or not getattr(module, "__file__", None):
         return ""

@@ -163,9 +163,10 @@ def world_token(spec: WorldSpec, *, path: str = "", modules: Sequence[tuple[str,
                  args=spec.args, kwargs=kwargs, modules=tuple(modules), options=options)
 
 
-def python_call(spec: WorldSpec) -> str:
+def python_call(spec: WorldSpec, *, modules: Sequence[tuple[str, str]] = ()) -> str:
     """A Python call that runs the same world again, with everything it was
-    given; or, when an argument has no literal form, a sentence saying so."""
+    given (after preloading ``modules``, what the run had imported before
+    the world); or, when an argument has no literal form, a sentence saying so."""
     arguments: list[tuple[str, Any]] = []
     if spec.spawned:
         head = f"harness.spawn({str(spec.entry)!r}"
@@ -181,7 +182,10 @@ def python_call(spec: WorldSpec) -> str:
         arguments.append(("kwargs", dict(spec.kwargs)))
     for name, value in spec.options.given():
         arguments.append((name, DECLARED[name].plain(value)))
-    return _call(head, arguments)
+    call = _call(head, arguments)
+    if modules and not call.startswith("("):
+        call = f"harness.preload({', '.join(repr(m) for m, _ in modules)}); {call}"
+    return call
 
 
 def scenario_call(repro: Repro) -> str:
@@ -195,15 +199,34 @@ def scenario_call(repro: Repro) -> str:
 
 
 def _call(head: str, arguments: list[tuple[str, Any]]) -> str:
+    unliteral = next((where for name, value in arguments for where in _unliteral(name or "config", value)), None)
+    if unliteral is not None:
+        where, value = unliteral
+        literal = ", ".join(f"{name}={value!r}" for name, value in arguments if name and is_literal(value))
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        return (f"(no Python line can replay this world: {where} is a {kind}, which has no literal form; "
+                f"call {head}, ...) again with the same arguments and {literal})")
     text = head
     for name, value in arguments:
-        if not is_literal(value):
-            shown = repr(value)
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            return (f"(no Python line: {name or 'config'}={shown} has no literal form that evaluates back to "
-                    "it; replay with the lines above)")
         text += f", {name}={value!r}" if name else f", {value!r}"
     return text + ")"
+
+
+def _unliteral(where: str, value: Any) -> list[tuple[str, Any]]:
+    """The first part of ``value`` without a literal form, named by where it
+    sits (``args[1]``, ``kwargs['config']``), as a one-item list; [] if none."""
+    if is_literal(value):
+        return []
+    parts: list[tuple[str, Any]] = []
+    if isinstance(value, (list, tuple)):
+        parts = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    elif isinstance(value, dict):
+        parts = [(f"{where}[{key!r}]", item) for key, item in value.items()]
+    for part, item in parts:
+        found = _unliteral(part, item)
+        if found:
+            return found
+    return [(where, value)]
 
 
 def is_literal(value: Any) -> bool:

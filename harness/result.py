@@ -20,6 +20,11 @@ HUNG = "hung"  # still running at the deadline
 STOPPED = "stopped"  # torn down because another rank failed first
 FAILED = frozenset({RAISED, DIED, HUNG})
 
+# How the problems of a world besides its ranks begin (see WorldResult.problems).
+NAMES_MISMATCH = "the program named its workers"
+NEVER_FIRED = "never fired"
+LOST = "message(s) lost"
+
 
 @dataclass
 class RankOutcome:
@@ -207,13 +212,23 @@ class WorldResult:
         elif self.failures:
             head = f"rpc world failed: {len(self.failures)} of {self.world_size} ranks failed"
         elif self.problems:
-            head = "rpc world failed: " + ("its fault plan did not do what it says" if any(
-                "never fired" in p for p in self.problems) else "see below")
+            head = "rpc world failed: " + self._problem_kind()
         elif self.skipped is not None:
             head = "rpc world skipped"
         else:
             head = f"rpc world ok in {self.duration:.2f}s"
         return f"{head} ({what})"
+
+
+    def _problem_kind(self) -> str:
+        first = self.problems[0]
+        if first.startswith(NAMES_MISMATCH):
+            return "the program's worker names do not match the names it was run with"
+        if NEVER_FIRED in first:
+            return "its fault plan did not do what it says"
+        if LOST in first:
+            return "its fault plan lost messages"
+        return "see below"
 
 
 # How a phase reads after "raised X" or "killed by Y".

@@ -367,15 +367,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _replay_entry(repro: Repro, deadline: float) -> int:
-    from harness import run_world, spawn
+    from harness import preload, run_world, spawn
 
     # The entry's module is imported the way the test run that printed the
     # token imported it: from its folder, or from here.
     for folder in (repro.path, os.getcwd()):
         if folder and folder not in sys.path:
             sys.path.insert(0, folder)
-    common = dict(seed=repro.seed, faults=repro.faults or None, fuzz=repro.fuzz, deadline=deadline,
-                  kwargs=repro.kwargs, repro=repro.command(), check=False)
+    import_first(repro.modules)
+    preload(*(module for module, _ in repro.modules))  # the ranks get them as the original ranks did
+    common = dict(repro.world_options(), deadline=deadline, kwargs=repro.kwargs, repro=repro.command(), check=False)
     if repro.spawned:
         result = spawn(repro.entry or "", args=repro.args, nprocs=repro.world_size, names=repro.names or None,
                        **common)
@@ -388,6 +389,26 @@ def _replay_entry(repro: Repro, deadline: float) -> int:
         return 0
     print("replay: the failure reproduced")
     return 1
+
+
+def import_first(modules: Sequence[tuple[str, str]]) -> None:
+    """Import what the run that printed a token had imported before its world
+    (its test module, whose import-time setup the program may need), in
+    order, before any process starts; refuse, naming the module, if one fails."""
+    import importlib
+
+    for module, folder in modules:
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
+        try:
+            importlib.import_module(module)
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - a module's import may do anything, exit too
+            what = f"exit {error.code}" if isinstance(error, SystemExit) else f"{type(error).__name__}: {error}"
+            raise ReplayError(
+                f"the world of this token ran after importing {module} (for its import-time setup), which cannot "
+                f"be imported here from {folder or os.getcwd()} ({what}); run the pytest line that printed the "
+                "token instead"
+            ) from None
 
 
 # -- timeline ---------------------------------------------------------------------

@@ -93,3 +93,35 @@ def test_token_options_round_trip_and_defaults_are_left_out():
 def test_unknown_world_options_are_refused():
     with pytest.raises(harness.WorldSpecError, match=r"here: unknown world option\(s\) \['deadlin'\]"):
         O.WorldOptions.from_values({"deadlin": 5}, where="here")
+
+
+# One valid value of every world option: a new option must add one here,
+# and the fixture test below then checks that it reaches the world.
+SAMPLES = {
+    "seed": 7, "deadline": 5.0, "bringup": 6.0, "rpc_timeout": 4.0, "faults": "kill:worker1@x.step#2",
+    "failpoints": ["x.step"], "fuzz": 0.01, "env": {"A": "1"}, "isolate": False,
+    "setup": "programs.fake_dataset:use_fake_dataset",
+}
+
+
+class _Launched(Exception):
+    pass
+
+
+@pytest.mark.parametrize("how", ["run", "spawn"])
+def test_every_option_given_to_the_fixture_reaches_the_world(rpc_world, monkeypatch, how):
+    assert set(SAMPLES) == set(O.NAMES), "give every declared option a sample value"
+    launched = []
+
+    def launch(spec, **_):
+        launched.append(spec)
+        raise _Launched
+
+    monkeypatch.setattr("harness._launcher.launch", launch)
+    with pytest.raises(_Launched):
+        if how == "run":
+            rpc_world.run("programs.echo:echo", world_size=2, **SAMPLES)
+        else:
+            rpc_world.spawn("programs.echo:run_worker", args=(2,), nprocs=2, **SAMPLES)
+    expected = O.WorldOptions.from_values(SAMPLES, where="test")
+    assert launched[0].options == expected

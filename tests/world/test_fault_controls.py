@@ -126,8 +126,9 @@ def test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world():
     assert result.fault_counts() == {plan: TORCH_TRIES}
     assert sorted(f.attempt for f in result.fired_faults()) == list(range(1, TORCH_TRIES + 1))
     assert result.problems == [
-        f"{plan} failed 1 message(s) on all {TORCH_TRIES} of torch's tries: they were lost (torch reports a lost "
+        f"{plan} fails all {TORCH_TRIES} of torch's tries of a message: 1 message(s) lost (torch reports a lost "
         "RRef message only as a shutdown that waits ~100 s, a lost fork request by aborting its sender)"
     ]
-    assert "failed 1 message(s) on all 6 of torch's tries" in result.report()
+    assert "fails all 6 of torch's tries of a message: 1 message(s) lost" in result.report()
+    assert "rpc world hung" in result.report().splitlines()[0]
 

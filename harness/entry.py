@@ -1,0 +1,104 @@
+"""Functions named so that any rank can import them: a world's entry or
+program, its setup code. Checked in the parent, before any process starts."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import WorldSpecError
+
+
+@dataclass(frozen=True)
+class EntryRef:
+    """An importable function, by name, so that any rank can import it."""
+
+    module: str
+    qualname: str
+    main_file: str | None = None  # set when the function lives in a script's __main__
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    @classmethod
+    def of(cls, entry: Callable[..., Any] | str, *, where: str = "entry") -> EntryRef:
+        """Check that ``entry`` can be imported again by name in another process."""
+        if isinstance(entry, str):
+            module, sep, qualname = entry.partition(":")
+            if not sep or not module or not qualname:
+                raise WorldSpecError(f"{where}: {entry!r} is not of the form 'package.module:function'")
+            ref = cls(module, qualname)
+            ref.load(where=where)
+            return ref
+        if not callable(entry):
+            raise WorldSpecError(f"{where}: {entry!r} is not callable; pass a module-level function")
+        module = getattr(entry, "__module__", None)
+        qualname = getattr(entry, "__qualname__", None)
+        if not module or not qualname or "<" in qualname:
+            raise WorldSpecError(
+                f"{where}: {qualname or entry!r} cannot be imported by name in the ranks "
+                "(lambdas, nested functions and callable objects cannot); "
+                "define it at the top level of an importable module"
+            )
+        main_file = None
+        if module == "__main__":
+            main_file = getattr(sys.modules["__main__"], "__file__", None)
+            if main_file is None:
+                raise WorldSpecError(
+                    f"{where}: {qualname} lives in an interactive __main__ that ranks cannot import; "
+                    "move it into a module"
+                )
+        ref = cls(module, qualname, main_file)
+        if main_file is None and ref.load(where=where) is not entry:
+            raise WorldSpecError(
+                f"{where}: importing {ref} gives a different object than the one passed; "
+                "pass the module-level function itself"
+            )
+        return ref
+
+    def load(self, *, where: str = "entry") -> Callable[..., Any]:
+        """Import and return the function (in the parent to check, in ranks to run)."""
+        if self.main_file is not None:
+            import runpy
+
+            namespace = runpy.run_path(self.main_file, run_name="__mp_main__")
+            obj: Any = namespace.get(self.qualname.split(".")[0])
+            rest = self.qualname.split(".")[1:]
+        else:
+            try:
+                obj = importlib.import_module(self.module)
+            except (Exception, SystemExit) as error:  # a script's argparse at import exits
+                what = f"it exited ({error.code})" if isinstance(error, SystemExit) else str(error)
+                raise WorldSpecError(f"{where}: cannot import module {self.module!r}: {what}") from error
+            rest = self.qualname.split(".")
+        for part in rest:
+            obj = getattr(obj, part, None)
+        if obj is None or not callable(obj):
+            raise WorldSpecError(f"{where}: {self} does not name a function")
+        return obj
+
+
+def check_signature(
+    ref: EntryRef, entry: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, spawned: bool, where: str
+) -> None:
+    """The entry must accept ``(ctx, *args, **kwargs)`` (``(rank, *args,
+    **kwargs)`` when spawned): checked here, not in every rank."""
+    function = entry if callable(entry) else (ref.load(where=where) if ref.main_file is None else None)
+    if function is None:
+        return
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # builtins without a signature: nothing to check
+        return
+    first = "rank" if spawned else "ctx"
+    try:
+        signature.bind(None, *args, **kwargs)
+    except TypeError as error:
+        shown = ", ".join([first, *(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        raise WorldSpecError(
+            f"{where}: {ref}{signature} cannot be called as {ref.qualname}({shown}): {error}"
+        ) from None
