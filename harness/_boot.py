@@ -43,8 +43,9 @@ def rank_file(workdir: str, rank: int, what: str) -> str:
     return os.path.join(workdir, f"rank{rank}.{what}")
 
 
-def main(conn: Connection, boot: Boot) -> None:
-    """Process target of a rank (the forkserver has ``_rank`` loaded)."""
+def main(conn: Connection, boot: Boot, schedule: Connection | None = None) -> None:
+    """Process target of a rank (the forkserver has ``_rank`` loaded);
+    ``schedule`` is its pipe to the scheduler of a controlled world."""
     from ._rank import main as run_rank
 
-    run_rank(conn, boot)
+    run_rank(conn, boot, schedule)

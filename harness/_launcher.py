@@ -31,6 +31,7 @@ from .options import arguments
 from .progress import Progress
 from .repro import python_call
 from .result import WorldResult
+from .schedule import parse as parse_schedule
 from .spec import WorldSpec, make_spec
 
 # Imported once in the forkserver instead of once per rank: the rank's own
@@ -132,6 +133,7 @@ def run_world(
     fuzz: float | None = None,
     env: Mapping[str, str] | None = None,
     isolate: bool | None = None,
+    schedule: str | None = None,
     setup: Callable[[], Any] | str | None = None,
     repro: str = "",
     check: bool = True,
@@ -173,6 +175,7 @@ def spawn(
     fuzz: float | None = None,
     env: Mapping[str, str] | None = None,
     isolate: bool | None = None,
+    schedule: str | None = None,
     setup: Callable[[], Any] | str | None = None,
     repro: str = "",
     check: bool = True,
@@ -226,7 +229,8 @@ def launch(
     try:
         netns, isolation = world_namespace(spec.options.isolate)
         mp = _mp_context()
-        supervisor = Supervisor(spec, workdir, lambda boot: _start_rank(mp, boot), on_progress,
+        controlled = parse_schedule(spec.options.schedule).controlled
+        supervisor = Supervisor(spec, workdir, lambda boot: _start_rank(mp, boot, controlled), on_progress,
                                 master_port=_free_port() if spec.spawned else 0, netns=netns, isolation=isolation)
         try:
             supervisor.run()
@@ -274,14 +278,18 @@ def world_namespace(isolate: bool | None) -> tuple[Any, str]:
     return namespace, f"a network namespace of its own ({how})"
 
 
-def _start_rank(mp: Any, boot: Any) -> tuple[Any, Any]:
+def _start_rank(mp: Any, boot: Any, controlled: bool) -> tuple[Any, Any, Any]:
     from ._boot import main
 
     ours, theirs = mp.Pipe(duplex=True)
-    proc = _RankProcess(target=main, args=(theirs, boot), name=f"rpc-rank{boot.rank}", daemon=True)
+    schedule_ours, schedule_theirs = mp.Pipe(duplex=True) if controlled else (None, None)
+    proc = _RankProcess(target=main, args=(theirs, boot, schedule_theirs), name=f"rpc-rank{boot.rank}",
+                        daemon=True)
     proc.start()
     theirs.close()
-    return proc, ours
+    if schedule_theirs is not None:
+        schedule_theirs.close()
+    return proc, ours, schedule_ours
 
 
 def _free_port() -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch.distributed.rpc as rpc
 
+from . import _gate
 from . import _messages as msg
 from .context import EventLog, RankContext
 from .rank_setup import rpc_backend, tensorpipe_options
@@ -141,6 +142,8 @@ class Lifecycle:
         self.events.write("init_rpc")
         self.send(msg.Joined(tuple(names)))
         self.events.write("entry_start")
+        if _gate._gate is not None:  # a controlled world: the entry is a task from here on
+            _gate._gate.begin(self.ctx.name or str(self.ctx.rank), "main", "start")
 
     # -- leaving ------------------------------------------------------------------------
     def leave(self, *, graceful: bool = True, timeout: float = 0, value: bytes | None = None) -> None:
@@ -150,6 +153,8 @@ class Lifecycle:
         if not self.joined or self.left:
             assert _original_shutdown is not None
             return _original_shutdown(graceful=graceful, timeout=timeout)
+        if _gate._gate is not None:  # the entry's task is over (a spawned program's, in its shutdown)
+            _gate._gate.end()
         self.ctx.flush_progress()  # what its RPC handlers reported since
         self.ctx.record_hits()
         self.events.write("entry_done")

@@ -8,7 +8,6 @@ tuple that three modules unpack. Nothing here imports torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 # -- rank -> supervisor -------------------------------------------------------------
 
@@ -90,6 +89,122 @@ class Exit:
 ToSupervisor = Joined | Progress | EntryDone | Value | ShutDown | Frozen | Failed
 
 
-def describe(message: Any) -> str:
-    """A message's name, for errors about unexpected ones."""
-    return type(message).__name__
+# -- a controlled schedule: rank (its tasks) -> scheduler, over a pipe of its own -------------
+# A task is a thread the scheduler runs one step at a time: a rank's entry
+# (or program) and every RPC handler a peer's call starts. It says where it
+# stands; the scheduler answers with Go when it may run on.
+
+
+@dataclass(frozen=True)
+class Begin:
+    """A task starts (a served call: ``call`` is the caller's id for it) and waits for Go."""
+
+    task: str
+    label: str
+    point: str
+    call: str | None = None
+
+
+@dataclass(frozen=True)
+class At:
+    """The running task reached a scheduling point and waits for Go."""
+
+    task: str
+    point: str
+
+
+@dataclass(frozen=True)
+class Block:
+    """The running task waits for ``on`` (``("call", id)``, ``("future", n)``,
+    ``("rref", id)``, ``("cond", n)``, ``("timer",)``) and for Go after it;
+    ``timeout``: seconds of the schedule's own clock after which it may go on anyway."""
+
+    task: str
+    point: str
+    on: tuple
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class End:
+    """The task ended (its served call answered later, once ``responds_later``'s
+    future completes; ``failed``: an entry that raised, which ends the world)."""
+
+    task: str
+    responds_later: bool = False
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Issued:
+    """The running task is about to issue call ``call`` to ``to`` (a rank):
+    a Python function (``python``: a task will start there) or one torch runs
+    in C++; ``rref``: the id of the RRef a ``remote()`` creates."""
+
+    call: str
+    to: int
+    python: bool
+    rref: str | None = None
+
+
+@dataclass(frozen=True)
+class Completed:
+    """Call ``call``'s future completed; ``followers`` callbacks of the
+    program's run after this, each ending with :class:`Followed`."""
+
+    call: str
+    followers: int = 0
+
+
+@dataclass(frozen=True)
+class Followed:
+    """One of the program's callbacks on call ``call``'s future returned."""
+
+    call: str
+
+
+@dataclass(frozen=True)
+class Due:
+    """Served call ``call``'s answer is on its way (its @async_execution future completed)."""
+
+    call: str
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A future of the program's (``n``: its serial in this rank) was completed."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class Notified:
+    """A condition's notify woke ``task``, waiting on it."""
+
+    task: str
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """The running task started a thread, which will Begin as ``task``."""
+
+    task: str
+
+
+ToScheduler = Begin | At | Block | End | Issued | Completed | Followed | Due | Resolved | Notified | Spawned
+
+
+# -- scheduler -> rank ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Go:
+    """``task`` may run on (``notified``: a condition wait ended by a notify, not its timeout)."""
+
+    task: str
+    notified: bool = True
+
+
+@dataclass(frozen=True)
+class Release:
+    """The schedule is no longer controlled: every task runs free from now on."""

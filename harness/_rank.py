@@ -27,7 +27,7 @@ import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import _callpoints, _lifecycle, _msgfaults, _rpc_hooks
+from . import _callpoints, _gate, _lifecycle, _msgfaults, _rpc_hooks
 from . import _messages as msg
 from ._boot import Boot, rank_file
 from .context import EventLog, RankContext, activate
@@ -43,7 +43,7 @@ _rpc_hooks.install()
 _lifecycle.install()
 
 
-def main(conn: Connection, boot: Boot) -> None:
+def main(conn: Connection, boot: Boot, schedule: Connection | None = None) -> None:
     """Process target: run one rank and exit through ``os._exit``, never returning
     into multiprocessing's clean-up (which can wait on torch's threads)."""
     _capture_output(rank_file(boot.workdir, boot.rank, "log"))
@@ -56,7 +56,7 @@ def main(conn: Connection, boot: Boot) -> None:
     events.write("start", pid=os.getpid())
     code = 1
     try:
-        code = _run(conn, boot, events)
+        code = _run(conn, boot, events, schedule)
     except BaseException:  # a report that cannot be sent: the supervisor sees the exit code
         traceback.print_exc()
     finally:
@@ -65,7 +65,7 @@ def main(conn: Connection, boot: Boot) -> None:
         os._exit(code)
 
 
-def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
+def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | None = None) -> int:
     _prepare_process(boot)
     options = boot.options
     world_size = len(boot.names)
@@ -93,6 +93,8 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         program_timeout=options.rpc_timeout,
     )
     _rpc_hooks.start(ctx, events)
+    if schedule is not None:  # a controlled schedule: this rank's tasks wait for their turn
+        ctx.schedule_point = _gate.start(schedule, boot.rank).point
     try:
         if options.setup is not None:  # before the plan's patches: a call: fault aims at what the program calls
             options.setup.load(where=f"rank {boot.rank}: setup")()
@@ -109,10 +111,14 @@ def _run(conn: Connection, boot: Boot, events: EventLog) -> int:
         else:
             life.join()
             value = program(ctx, *args, **kwargs)
+        if _gate._gate is not None:
+            _gate._gate.end()  # the entry's task (a spawned program's ended in its shutdown)
         ctx.flush_progress()
         events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         ctx.record_hits()
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
+        if _gate._gate is not None:
+            _gate._gate.end(failed=True)  # before the failure is reported: the schedule ends here
         ctx.flush_progress()
         ctx.record_hits()
         events.write("raised", error=one_line(error), phase=life.phase)

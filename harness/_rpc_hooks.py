@@ -35,7 +35,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from . import _msgfaults
+from . import _gate, _msgfaults
+from . import _messages as _msg
 from .context import EventLog, RankContext
 
 DEFAULT_CAP = 2000  # calls (and serves) recorded per rank; a long run's timeline stays readable
@@ -43,6 +44,7 @@ _APIS = ("rpc_sync", "rpc_async", "remote")
 _MARK = "_rpc_harness_hook"
 
 _watch: _Watch | None = None  # this rank's, once start() ran
+_originals: dict[str, Callable[..., Any]] = {}  # torch's rpc_sync, rpc_async, remote
 # The types of the objects this rank's remote(to, SomeClass) calls made, by RRef.
 _remote_types: dict[str, type] = {}
 # Set on a thread serving a proxy method sent as the function: the owner's
@@ -60,6 +62,7 @@ def install() -> None:
         original = getattr(api, name)
         if getattr(original, _MARK, False):
             continue
+        _originals[name] = original
         wrapper = _call_wrapper(name, original)
         setattr(api, name, wrapper)  # what C++ hands RRef proxies, and api.py's own callers use
         setattr(rpc, name, wrapper)  # what rpc.rpc_sync(...) callers use
@@ -69,6 +72,10 @@ def install() -> None:
     to_here = torch._C._distributed_rpc.PyRRef.to_here
     if not getattr(to_here, _MARK, False):
         torch._C._distributed_rpc.PyRRef.to_here = _fetch_wrapper(to_here)
+    local_value = torch._C._distributed_rpc.PyRRef.local_value
+    if not getattr(local_value, _MARK, False):
+        torch._C._distributed_rpc.PyRRef.local_value = _local_value_wrapper(local_value)
+    _gate.install()
 
 
 def start(ctx: RankContext, events: EventLog, cap: int = DEFAULT_CAP) -> None:
@@ -85,6 +92,8 @@ def rpc_names(func: Any, args: Any, *, serving: bool) -> tuple[str, ...]:
     from torch.distributed.rpc import rref_proxy
 
     args = args or ()
+    if isinstance(func, _gate.Tagged):
+        func = func.func
     if func is rref_proxy._local_invoke or func is rref_proxy._local_invoke_async_execution:
         rref, method = args[0], args[1]
         owner_type = type(rref.local_value()) if serving else _rref_type(rref)
@@ -189,9 +198,29 @@ def _fetch_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         watch = _watch
         if watch is not None and watch.delays and not self.is_owner():
             watch.count_send(_msgfaults.fetch_type(str(self) in watch.scripted_rrefs))
+        _wait_for_rref(self, "to_here")
         return original(self, timeout)
 
     return _like(to_here, original)
+
+
+def _local_value_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def local_value(self: Any) -> Any:
+        _wait_for_rref(self, "local_value")
+        return original(self)
+
+    return _like(local_value, original)
+
+
+def _wait_for_rref(rref: Any, what: str) -> None:
+    """Under a controlled schedule, an RRef whose value a task still has to
+    make (its ``remote()`` call's handler) is waited for through the scheduler."""
+    gate = _gate._gate
+    if gate is None or _gate.current_task() is None:
+        return
+    # Whether the value is there cannot be asked of an owner's RRef (torch has
+    # no creation future for it): the scheduler knows which calls make RRefs.
+    gate.block(("rref", _gate.rref_id(rref)), what)
 
 
 def _like(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
@@ -225,12 +254,17 @@ class _Watch:
     def call(self, api: str, original: Callable[..., Any], to: Any, func: Any, args: Any, kwargs: Any,
              timeout: float) -> Any:
         names = rpc_names(func, args, serving=False)
+        gate = _gate._gate if _gate.current_task() is not None else None
+        if gate is not None:  # a controlled task: issuing a call is a scheduling point
+            gate.point(f"rpc.call:{names[-1]}")
         if not getattr(_serving_proxy_method, "active", False):
             for name in names:
                 self.ctx.failpoint(f"rpc.call:{name}")
         if self.delays:
             self.count_send(_msgfaults.send_type(api, func, args, kwargs))
         span = self.calls.begin(describe(names), api=api, to=self._peer(to))
+        if gate is not None:
+            return self._controlled(gate, api, to, func, args, kwargs, timeout, names, span)
         if span is None:
             value = original(to, func, args, kwargs, timeout)
         else:
@@ -251,17 +285,56 @@ class _Watch:
             self.scripted_rrefs.add(str(value))
         return value
 
+    def _controlled(self, gate: _gate.Gate, api: str, to: Any, func: Any, args: Any, kwargs: Any, timeout: float,
+                    names: tuple[str, ...], span: int | None) -> Any:
+        """A call issued by a controlled task: the function goes tagged with
+        the call's id (a handler of a Python function is a task named after
+        it); the scheduler hears of the call before it can be answered, and
+        of its answer; rpc_sync waits through the gate."""
+        call = gate.call_id()
+        python = _is_python(func)
+        sent = _gate.Tagged(call, func) if python else func
+        issue = _originals["remote" if api == "remote" else "rpc_async"]
+        add_callback = _gate._ORIGINAL["add_done_callback"]  # ours: not a callback of the program's
+        try:
+            value = issue(to, sent, args, kwargs, timeout)
+        except BaseException as error:
+            if span is not None:
+                self.calls.end(span, error)
+            raise
+        future = value._get_future() if api == "remote" else value
+        rref = _gate.rref_id(value) if api == "remote" else None
+        gate.send(_msg.Issued(call, self._rank_of(to), python, rref))
+        _gate.track_call(future, call, names[-1])
+        if span is not None:
+            add_callback(future, lambda done: self.calls.end(span, _error_of(done)))
+        if api == "remote" and isinstance(func, type):
+            _remote_types[str(value)] = func
+        return future.wait() if api == "rpc_sync" else value
+
+    def _rank_of(self, to: Any) -> int:
+        if isinstance(to, int):
+            return to
+        name = to if isinstance(to, str) else getattr(to, "name", str(to))
+        return self.ctx.rank_of(name) if name in self.ctx.names else -1
+
     def serve(self, original: Callable[..., Any], python_udf: Any) -> Any:
         import torch
         from torch.distributed.rpc import internal
 
         func = python_udf.func
+        call = func.call if isinstance(func, _gate.Tagged) else None
+        gate = _gate._gate if call is not None and _gate.active() else None
+        if isinstance(func, _gate.Tagged):
+            func = func.func
         names = rpc_names(func, python_udf.args, serving=True)
         spans: list[int | None] = []
 
         def hooked(*args: Any, **kwargs: Any) -> Any:
             # Inside torch's own try/except: an exception a failpoint raises
             # here reaches the caller exactly as the function's own would.
+            if gate is not None:  # a handler of a controlled call: a task, named after its call
+                gate.begin(call, f"serving {names[-1]}", f"serve {names[-1]}", call=call)  # type: ignore[arg-type]
             spans.append(self.serves.begin(describe(names)))
             if is_proxy_method(func):
                 # The method itself runs in torch's call of the owner to
@@ -276,6 +349,11 @@ class _Watch:
             return func(*args, **kwargs)
 
         result = original(internal.PythonUDF(hooked, python_udf.args, python_udf.kwargs))
+        if gate is not None:
+            later = isinstance(result, torch.futures.Future) and not result.done()
+            gate.end(responds_later=later)
+            if later:  # @async_execution: answered once its future completes
+                _gate._ORIGINAL["add_done_callback"](result, lambda _: gate.send(_msg.Due(call)))  # type: ignore[arg-type]
         span = spans[0] if spans else None
         if span is not None:
             if isinstance(result, internal.RemoteException):
@@ -347,9 +425,18 @@ class _Spans:
             pass
 
 
+def _is_python(func: Any) -> bool:
+    """Whether a peer runs ``func`` as a Python function (not TorchScript, not a builtin op)."""
+    import torch
+
+    script = isinstance(func, torch.jit.ScriptFunction) or isinstance(
+        getattr(func, "_wrapped_async_rpc_function", None), torch.jit.ScriptFunction)
+    return not script and torch.jit._builtins._find_builtin(func) is None
+
+
 def _error_of(future: Any) -> BaseException | None:
     try:
-        future.wait()
+        _gate.raw_wait(future)
     except BaseException as error:  # noqa: BLE001 - the failure is the record
         return error
     return None

@@ -25,6 +25,7 @@ from . import _messages as msg
 from . import _tally
 from . import result as R
 from ._boot import Boot, rank_file
+from ._scheduler import STALL_SECONDS, ScheduleLink
 from ._stacks import annotate_stacks, hide_hook_frames
 from .context import read_event_lines
 from .errors import FaultPlanError
@@ -32,6 +33,7 @@ from .events import faults_fired
 from .faults import ENDING_KINDS
 from .progress import WORLD_ENDED, WORLD_UP, Progress
 from .result import RankOutcome, WorldResult
+from .schedule import parse as parse_schedule
 from .spec import WorldSpec
 
 _STACK_WAIT = 2.0  # seconds to wait for every rank's stack dump
@@ -69,7 +71,10 @@ class Supervisor:
         self.frozen: set[int] = set()  # ranks a freeze fault stopped: dead to the world
         self.shutdown_sent: bool | None = None  # None, or the graceful flag sent
         self.exit_sent = False
+        self.stacks_read: dict[int, int] = {}  # bytes of a rank's stack file read for an earlier report
         self.signalled: set[int] = set()  # ranks the harness itself sent SIGKILL
+        schedule = parse_schedule(spec.options.schedule)
+        self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
         self.problems: list[str] = []
         self.timed_out = False
         self.budget = "deadline"
@@ -87,9 +92,11 @@ class Supervisor:
                 payload=self.spec.payload, options=self.spec.options, sys_path=tuple(sys.path),
                 spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns,
             )
-            proc, conn = self.start_rank(boot)
+            proc, conn, schedule_conn = self.start_rank(boot)
             self.procs.append(proc)
             self.conns.append(conn)
+            if self.link is not None:
+                self.link.add(schedule_conn)
             self.open_conns.add(outcome.rank)
             self.running.add(outcome.rank)
         # The bring-up clock starts once every rank is forked: the first world
@@ -117,12 +124,19 @@ class Supervisor:
                 return
             waitables = {self.conns[r]: ("conn", r) for r in self.open_conns}
             waitables.update({self.procs[r].sentinel: ("exit", r) for r in self.running})
+            if self.link is not None:
+                waitables.update({conn: ("schedule", r) for conn, r in self.link.waitables(self.running).items()})
+                remaining = min(remaining, 0.5)  # to see a stalled schedule
             for ready in wait(list(waitables), timeout=remaining):
                 what, rank = waitables[ready]
                 if what == "conn":
                     self._drain(rank)
+                elif what == "schedule":
+                    self.link.drain(rank)  # type: ignore[union-attr]
                 else:
                     self._on_exit(rank)
+            if self.link is not None and self.joined_at is not None:  # bring-up has a budget of its own
+                self._check_schedule()
             if any(o.failed or o.status == R.SKIPPED for o in self.outcomes) or self.problems:
                 self._stop_survivors()
                 return
@@ -164,6 +178,8 @@ class Supervisor:
             case msg.Frozen():
                 self.frozen.add(rank)
                 outcome.phase = "frozen"
+                if self.link is not None:
+                    self.link.rank_gone(rank, frozen=True)
             case msg.Failed(phase, error, text, pickled, skipped):
                 outcome.status = R.SKIPPED if skipped else R.RAISED
                 outcome.phase = {"starting": "start-up", "result": "entry"}.get(phase, phase)
@@ -196,6 +212,8 @@ class Supervisor:
 
     def _on_exit(self, rank: int) -> None:
         self._drain(rank)  # its last words come before its exit status
+        if self.link is not None:
+            self.link.drain(rank)
         proc = self.procs[rank]
         proc.join(0)
         self.running.discard(rank)
@@ -204,16 +222,17 @@ class Supervisor:
         outcome.exitcode = code
         if code is not None and code < 0:
             outcome.signal = _signal_name(-code)
-        if outcome.status in (R.RAISED, R.SKIPPED):
-            return
-        if code == 0 and rank in self.shut:
-            outcome.status = R.OK
-        elif outcome.signal == "SIGKILL" and self._plan_killed(rank):
-            outcome.status = R.KILLED
-            if self.shutdown_sent:  # graceful shutdown would now wait for it forever
-                self._stop_survivors()
-        else:
-            outcome.status = R.DIED
+        if outcome.status not in (R.RAISED, R.SKIPPED):
+            if code == 0 and rank in self.shut:
+                outcome.status = R.OK
+            elif outcome.signal == "SIGKILL" and self._plan_killed(rank):
+                outcome.status = R.KILLED
+                if self.shutdown_sent:  # graceful shutdown would now wait for it forever
+                    self._stop_survivors()
+            else:
+                outcome.status = R.DIED
+        if self.link is not None:
+            self.link.rank_gone(rank, unexpected=outcome.failed or outcome.status == R.SKIPPED)
 
     def _plan_killed(self, rank: int) -> bool:
         return any(fired.kind in ENDING_KINDS for fired in faults_fired(_read_events(self.workdir, rank)))
@@ -249,6 +268,27 @@ class Supervisor:
             except OSError:  # it died meanwhile; its sentinel will say how
                 pass
 
+    def _check_schedule(self) -> None:
+        """A controlled world where nothing moves and no rank uses CPU is
+        waiting where the scheduler cannot see: say where every task was,
+        then let the world run free rather than hang."""
+        assert self.link is not None
+        alive = sorted(self.running)
+        waiting = self.link.stalled([self.procs[r].pid for r in alive])
+        if waiting is None:
+            return
+        self._dump_stacks(alive)
+        stacks = []
+        for rank in alive:
+            raw = _read_text(rank_file(self.workdir, rank, "stacks"))
+            text = annotate_stacks(raw[self.stacks_read.get(rank, 0):])
+            self.stacks_read[rank] = len(raw)  # a later failure's report shows its own dump only
+            if text.strip():
+                stacks.append(f"--- {self.outcomes[rank].label} stacks\n{text.rstrip()}")
+        self.link.scheduler.release(
+            f"no step ended for {STALL_SECONDS:g}s while no rank thread could run: {waiting}. The world ran free from "
+            f"step {len(self.link.scheduler.steps)} on" + ("\n" + "\n".join(stacks) if stacks else ""))
+
     # -- bring down -------------------------------------------------------------
     def _on_budget(self, budget: str) -> None:
         self.timed_out = True
@@ -280,7 +320,7 @@ class Supervisor:
         until = time.monotonic() + _STACK_WAIT
         pending = set(ranks)
         while pending and time.monotonic() < until:
-            pending = {r for r in pending if not _stacks_written(self.workdir, r)}
+            pending = {r for r in pending if not _stacks_written(self.workdir, r, self.stacks_read.get(r, 0))}
             time.sleep(0.02)
         time.sleep(0.05)  # let the last dump finish its write
 
@@ -310,6 +350,8 @@ class Supervisor:
         for conn in self.conns:
             conn.close()
         self.open_conns.clear()
+        if self.link is not None:
+            self.link.close()
 
     # -- report -------------------------------------------------------------------
     def collect(self, repro: str) -> WorldResult:
@@ -324,7 +366,8 @@ class Supervisor:
                                  f"{type(error).__name__}: {error}")
         for outcome in self.outcomes:
             outcome.output = _read_text(rank_file(self.workdir, outcome.rank, "log"))
-            outcome.stacks = annotate_stacks(_read_text(rank_file(self.workdir, outcome.rank, "stacks")))
+            stacks = _read_text(rank_file(self.workdir, outcome.rank, "stacks"))
+            outcome.stacks = annotate_stacks(stacks[self.stacks_read.get(outcome.rank, 0):])
             if outcome.traceback:
                 outcome.traceback = hide_hook_frames(outcome.traceback)
             outcome.events = _read_events(self.workdir, outcome.rank)
@@ -337,7 +380,17 @@ class Supervisor:
             # Only a world that ran its course can say a fault never fired:
             # one stopped early never gave the others their chance.
             problems += _tally.unfired(plan, self.outcomes)
+        schedule, schedule_note = [], ""
+        if self.link is not None:
+            scheduler = self.link.scheduler
+            scheduler.finish()
+            problems += scheduler.problems
+            schedule = scheduler.steps_named(tuple(o.name for o in self.outcomes))
+            schedule_note = (f"controlled ({self.spec.options.schedule}), {len(schedule)} steps" if scheduler.controlled
+                             else f"no longer controlled: {scheduler.note}")
         return WorldResult(
+            schedule=schedule,
+            schedule_note=schedule_note,
             names=tuple(o.name for o in self.outcomes),
             seed=self.spec.seed,
             faults=plan,
@@ -353,9 +406,9 @@ class Supervisor:
         )
 
 
-def _stacks_written(workdir: str, rank: int) -> bool:
+def _stacks_written(workdir: str, rank: int, after: int = 0) -> bool:
     try:
-        return os.path.getsize(rank_file(workdir, rank, "stacks")) > 0
+        return os.path.getsize(rank_file(workdir, rank, "stacks")) > after
     except OSError:
         return False
 

@@ -168,6 +168,8 @@ class RankContext:
         # did reach; the others stay at one dictionary lookup per failpoint.
         self._count_all = False
         self._lock = threading.Lock()
+        # Under a controlled schedule, where a failpoint waits for its turn (_gate).
+        self.schedule_point: Callable[[str], None] | None = None
         # Where progress (and a freeze) goes besides the event log: the supervisor's pipe.
         self.progress_sink: Callable[[msg.Progress | msg.Frozen], None] | None = None
         self._progress_lock = threading.Lock()
@@ -265,6 +267,10 @@ class RankContext:
 
     def failpoint(self, name: str) -> None:
         """Reach failpoint ``name``: fire the faults armed there for this hit."""
+        if self.schedule_point is not None and not name.startswith("rpc."):
+            # A scheduling point of its own (an RPC's failpoints stand at the
+            # RPC's, which is one already).
+            self.schedule_point(f"failpoint {name}")
         armed = self._armed.get(name)
         if armed is None and not self.fuzz and not self._count_all:
             return  # the common case: one dict lookup

@@ -126,6 +126,12 @@ def check_setup(value: Any, where: str) -> EntryRef:
     return ref
 
 
+def check_schedule(value: Any, where: str) -> str:
+    from .schedule import check
+
+    return check(value, where)
+
+
 def parse_number(text: str) -> float:
     """A number from the command line or an ini file; its range is the option's check."""
     return float(text)
@@ -214,6 +220,11 @@ class WorldOptions:
     isolate: bool | None = option(
         None, check=check_isolate,
         help="a network namespace of the world's own: None where possible, True or error, False never")
+    schedule: str = option(
+        "free", check=check_schedule, parse=str, flag="--rpc-schedule", marker=True, token="sch",
+        command_line="--schedule",
+        help="the order of the world's steps: free (the operating system's), controlled or random (the seed "
+             "chooses each step uniformly), pct or pct:DEPTH (PCT), or replay:... (a recorded schedule)")
     setup: EntryRef | None = option(
         None, check=check_setup, token="su", plain=str,
         help="a module-level function (or 'package.module:function') that every rank calls with no arguments "

@@ -9,6 +9,7 @@ from typing import Any
 
 from .events import FaultFired, faults_fired, last_hits
 from .faults import FaultPlan
+from .schedule import Step, digest
 
 # A rank's fate. Only the FAILED ones make a world fail.
 OK = "ok"  # entry returned, shutdown finished
@@ -116,6 +117,21 @@ class WorldResult:
     budget: str = "deadline"  # which budget ran out when timed_out: "deadline" or "bring-up"
     bringup: float = 0.0  # the bring-up budget, seconds
     isolation: str = ""  # how the world was kept from other users (its own network namespace), or why not
+    # Under a controlled schedule: every step in the order it ran, and whether
+    # control held (schedule_note says so, or why it was given up).
+    schedule: list[Step] = field(default_factory=list)
+    schedule_note: str = ""
+
+    @property
+    def schedule_digest(self) -> str:
+        """A short string equal exactly when two worlds' schedules are equal
+        ("" for a world whose order was the operating system's)."""
+        return digest(self.schedule) if self.schedule else ""
+
+    @property
+    def controlled(self) -> bool:
+        """Whether a controlled schedule held to the end."""
+        return bool(self.schedule_note) and not self.schedule_note.startswith("no longer")
 
     @property
     def world_size(self) -> int:

@@ -405,6 +405,7 @@ def run_scenario(
     faults: FaultPlan | str | None = None,
     deadline: float = DEFAULT_DEADLINE,
     fuzz: float = 0.0,
+    schedule: str = "free",
     on_progress: Callable[[Progress], None] | None = None,
 ) -> ScenarioReport:
     """Run ``scenario`` in a real world, run its baseline, compare, judge.
@@ -427,11 +428,11 @@ def run_scenario(
     plan = FaultPlan.coerce(faults, where=f"{sc.name}: faults")
     plan.validate(names, failpoints=sc.failpoints, where=f"{sc.name}: faults")
     repro = Repro(world_size=len(names), seed=seed, scenario=sc.name, names=names,
-                  config=config_overrides(sc, cfg), options={"faults": plan, "fuzz": fuzz})
+                  config=config_overrides(sc, cfg), options={"faults": plan, "fuzz": fuzz, "schedule": schedule})
     python = scenario_call(repro)
     world = run_world(
         sc.entry, names=names, seed=seed, deadline=deadline, faults=plan, failpoints=sc.failpoints,
-        args=(cfg,), fuzz=fuzz, repro=f"{repro.command()}\n    or: {python}", check=False,
+        args=(cfg,), fuzz=fuzz, schedule=schedule, repro=f"{repro.command()}\n    or: {python}", check=False,
         on_progress=on_progress,
     )
     report = judge(sc, world, cfg)

@@ -100,7 +100,7 @@ def test_unknown_world_options_are_refused():
 SAMPLES = {
     "seed": 7, "deadline": 5.0, "bringup": 6.0, "rpc_timeout": 4.0, "faults": "kill:worker1@x.step#2",
     "failpoints": ["x.step"], "fuzz": 0.01, "env": {"A": "1"}, "isolate": False,
-    "setup": "programs.fake_dataset:use_fake_dataset",
+    "setup": "programs.fake_dataset:use_fake_dataset", "schedule": "pct:2",
 }
 
 
