@@ -62,7 +62,8 @@ class WorldFailed(HarnessError):
 
 
 class WorldTimeout(WorldFailed):
-    """A world ran past its deadline. The report holds every rank's stacks."""
+    """A world ran past its deadline (or its bring-up budget). The report
+    holds every rank's stacks."""
 
 
 class GradientMismatch(HarnessError, AssertionError):

@@ -36,7 +36,7 @@ hosts, choose the interface yourself (``TP_SOCKET_IFNAME``,
 ``GLOO_SOCKET_IFNAME``). RPC runs pickled code from any peer that reaches
 it: run worlds only on a network you trust.
 
-What torchrun cannot give: ``kill`` and ``hang`` faults. torchrun treats a
+What torchrun cannot give: ``kill``, ``hang`` and ``freeze`` faults. torchrun treats a
 dead worker as a failed job and tears down its workers (or restarts them),
 and has no per-rank deadline, so "dead ranks are the killed ranks" cannot be
 judged; use :func:`harness.run_world` or ``rpc-harness run`` for those. The
