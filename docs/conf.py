@@ -22,6 +22,8 @@ exclude_patterns = ["_build"]
 # Markdown: `#anchor` links to headings, ::: fences.
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
+# Blocks without a language (reports, replay lines) are plain text.
+highlight_language = "text"
 
 # The API reference: the public names, in the order of each page, with
 # their signatures as written.
