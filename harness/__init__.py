@@ -18,6 +18,7 @@ from .errors import (
     WorldSpecError,
     WorldTimeout,
 )
+from .explore import Exploration, explore
 from .faults import Fault, FaultPlan
 from .options import DEFAULT_DEADLINE, WorldOptions
 from .progress import Progress, ProgressBar
@@ -28,6 +29,7 @@ from .spec import WorldSpec, make_spec
 
 __all__ = [
     "DEFAULT_DEADLINE",
+    "Exploration",
     "Fault",
     "FaultPlan",
     "FaultPlanError",
@@ -52,6 +54,7 @@ __all__ = [
     "check_report",
     "current_context",
     "derive_seed",
+    "explore",
     "failpoint",
     "launch",
     "make_spec",

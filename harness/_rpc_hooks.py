@@ -334,7 +334,8 @@ class _Watch:
             # Inside torch's own try/except: an exception a failpoint raises
             # here reaches the caller exactly as the function's own would.
             if gate is not None:  # a handler of a controlled call: a task, named after its call
-                gate.begin(call, f"serving {names[-1]}", f"serve {names[-1]}", call=call)  # type: ignore[arg-type]
+                caller = call.rsplit("/", 1)[0]  # type: ignore[union-attr]
+                gate.begin(call, f"serving {names[-1]} for {caller}", f"serve {names[-1]}", call=call)  # type: ignore[arg-type]
             spans.append(self.serves.begin(describe(names)))
             if is_proxy_method(func):
                 # The method itself runs in torch's call of the owner to

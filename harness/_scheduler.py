@@ -450,6 +450,10 @@ def _replay(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], 
                 shown = ", ".join(f"{t.id} ({t.label}) at {t.point}" for t in ready)
                 scheduler._diverged(f"step {step}: expected {expected} to run, but it could not; "
                                     f"ready: {shown}")
+        elif not scheduler.problems:
+            shown = ", ".join(f"{t.id} ({t.label}) at {t.point}" for t in ready)
+            scheduler._diverged(f"step {step}: the recorded schedule ended after {len(spec.steps)} steps, "
+                                f"but the world went on: {shown} could run")
         return _continuing(scheduler, ready)
 
     return choose

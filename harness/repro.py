@@ -104,6 +104,10 @@ class Repro:
     def fuzz(self) -> float:
         return self.options.get("fuzz", 0.0)
 
+    @property
+    def schedule(self) -> str:
+        return self.options.get("schedule", "free")
+
     def world_options(self) -> dict[str, Any]:
         """The world options to run it with, as keyword arguments."""
         return {"seed": self.seed, **self.options}

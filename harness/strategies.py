@@ -100,18 +100,35 @@ def fault_plans(
     return plans.map(lambda fs: FaultPlan(tuple(fs)))
 
 
+def schedules(*, depths: Sequence[int] = (1, 2, 3), random_walk: bool = True) -> st.SearchStrategy[str]:
+    """Controlled schedules (the ``schedule`` world option): PCT at each of
+    ``depths`` and, with ``random_walk``, the uniformly random one. Shrinks
+    towards the first: PCT of depth 1, which never preempts a task that can
+    go on (the fewest preemptions)."""
+    for depth in depths:
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 20:
+            raise ValueError(f"PCT depths are whole numbers 1..20, got {depth!r}")
+    choices = [f"pct:{depth}" for depth in sorted(depths)] + (["random"] if random_walk else [])
+    if not choices:
+        raise ValueError("schedules(): no depth and no random walk leaves nothing to draw")
+    return st.sampled_from(choices)
+
+
 @dataclass(frozen=True)
 class WorldCase:
-    """One world Hypothesis chose: its size, names, fault plan and seed."""
+    """One world Hypothesis chose: its size, names, fault plan, seed and
+    schedule (``free`` unless :func:`worlds` was asked to draw one)."""
 
     world_size: int
     names: tuple[str, ...]
     faults: FaultPlan
     seed: int
+    schedule: str = "free"
 
     def repro(self, *, scenario: str | None = None, entry: str | None = None, **config: object) -> Repro:
         return Repro(world_size=self.world_size, seed=self.seed, scenario=scenario, entry=entry,
-                     names=self.names, config=dict(config), options={"faults": self.faults})
+                     names=self.names, config=dict(config),
+                     options={"faults": self.faults, "schedule": self.schedule})
 
 
 def worlds(
@@ -122,9 +139,11 @@ def worlds(
     max_size: int = 8,
     max_faults: int = 2,
     targets: Callable[[str], bool] | Container[str] | None = None,
+    schedule: st.SearchStrategy[str] | None = None,
     **fault_options: object,
 ) -> st.SearchStrategy[WorldCase]:
-    """Whole worlds: size first (so it shrinks first), then names, plan, seed.
+    """Whole worlds: size first (so it shrinks first), then names, plan, seed,
+    and a schedule drawn from ``schedule`` (e.g. :func:`schedules`; default: free).
 
     ``names(world_size)`` gives the worker names (default ``worker{rank}``);
     faults are aimed at the workers ``targets`` accepts (a predicate or a
@@ -144,7 +163,7 @@ def worlds(
             if failpoints and max_faults and aimed
             else FaultPlan()
         )
-        return WorldCase(size, worker_names, plan, draw(seeds()))
+        return WorldCase(size, worker_names, plan, draw(seeds()), draw(schedule) if schedule is not None else "free")
 
     return build()
 

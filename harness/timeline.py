@@ -5,8 +5,10 @@ chrome://tracing to read. This module draws the same document as hand-written
 SVG (no dependencies) that any browser opens, fit to attach to a CI run or a
 bug report: one row per rank with its phases (init_rpc, entry, shutdown) as
 bars, the RPCs it issued in a thin lane under them and the ones it served in
-a second lane (failed ones in their own colour), and its faults, hits of armed failpoints, errors, fuzz delays, user
-events and death as markers. Faults, deaths and errors are labelled, since they are what a
+a second lane (failed ones in their own colour), under a controlled schedule
+the steps its tasks ran as a band along the top of the phase bar, and its
+faults, hits of armed failpoints, errors, fuzz delays, user events and death
+as markers. Faults, deaths and errors are labelled, since they are what a
 reader looks for; every marker carries a ``<title>`` with its full name and
 args, shown on hover.
 
@@ -52,6 +54,7 @@ PHASE_COLOURS = {"init_rpc": "#f1ce63", "entry": "#59a14f", "shutdown": "#a0cbe8
 OTHER_PHASE_COLOURS = ("#b07aa1", "#9c755f", "#ff9da7", "#bab0ac", "#86bcb6", "#d4a6c8")
 RPC_COLOUR, FAILED_RPC_COLOUR, OPEN_RPC_COLOUR = "#4e79a7", "#e377c2", "#9467bd"
 SERVE_COLOUR = "#76b7b2"
+STEP_COLOUR, PREEMPT_COLOUR, STEP_HEIGHT = "#333333", "#d62728", 5
 FAULT_COLOUR, ERROR_COLOUR, DEATH_COLOUR = "#d62728", "#ff7f0e", "#000000"
 FUZZ_COLOUR, USER_COLOUR = "#8c8c8c", "#3b3b98"
 MARKER_KINDS = ("death", "fault", "error", "user", "failpoint", "fuzz")  # the first is drawn on top
@@ -112,6 +115,7 @@ def render_timeline(document: Mapping[str, Any], title: str = "") -> str:
             f"{_text(_fit(label, ROW_LABEL_CHARS))}</text></g>"
         )
         out += [_phase_bar(phase, y0, px, label, trace.phase_colours) for phase in row.phases]
+        out += _step_band(row, y0, px)
         out += _rpc_lane(row, y0, px, notes)
         out += _rpc_lane(row, y0, px, notes, served=True)
         markers, labels, hidden = _markers(row, y0, px, notes)
@@ -224,6 +228,7 @@ class _Row:
     phases: list[_Span] = field(default_factory=list)
     rpcs: list[_Span] = field(default_factory=list)
     serves: list[_Span] = field(default_factory=list)
+    steps: list[_Span] = field(default_factory=list)  # a controlled schedule's steps this rank ran
     markers: dict[str, list[_Instant]] = field(default_factory=dict)
     last: float | None = None
 
@@ -283,11 +288,11 @@ def _read(document: Any) -> _Trace:
             continue
         row.saw(ts)
         times.append(ts)
-        if ph == "X" and cat == "phase":
+        if ph == "X" and cat in ("phase", "step"):
             end = ts + max(_time(event.get("dur")) or 0.0, 0.0)
             row.saw(end)
             times.append(end)
-            row.phases.append(_Span(ts, end, name, args))
+            (row.phases if cat == "phase" else row.steps).append(_Span(ts, end, name, args))
         elif ph == "b" and cat in ("rpc", "serve"):
             span = _Span(ts, ts, name, args, open=True)
             (row.serves if cat == "serve" else row.rpcs).append(span)
@@ -420,6 +425,26 @@ def _phase_bar(phase: _Span, y0: float, px: _Px, label: str, colours: Mapping[st
         f"data-name={_attr(phase.name)}>"
         f"<title>{_text(tip)}</title></rect>{text}"
     )
+
+
+def _step_band(row: _Row, y0: float, px: _Px) -> list[str]:
+    """A controlled schedule's steps, as a band along the top of the phase
+    bar: where this rank's tasks ran, one at a time in the whole world; a
+    step that preempted a task that could have gone on starts with a tick."""
+    if not row.steps:
+        return []
+    out = ['<g class="steps">']
+    for step in row.steps[:MAX_RPCS]:
+        x, end = px(step.start), px(step.end)
+        args = step.args if isinstance(step.args, Mapping) else {}
+        out.append(
+            f'<rect x="{x:.2f}" y="{y0 + BAR_TOP}" width="{max(end - x, 1.5):.2f}" height="{STEP_HEIGHT}" '
+            f'fill="{STEP_COLOUR}"><title>{_text(step.name)}</title></rect>'
+        )
+        if args.get("preempted"):
+            out.append(_line(x, y0 + BAR_TOP - 2, x, y0 + BAR_TOP + BAR_HEIGHT, PREEMPT_COLOUR, 1.2))
+    out.append("</g>")
+    return out
 
 
 def _rpc_lane(row: _Row, y0: float, px: _Px, notes: list[str], *, served: bool = False) -> list[str]:
@@ -612,6 +637,7 @@ def _legend(colours: Mapping[str, str], y: float) -> tuple[list[str], float]:
         (f"rpc:{SERVE_COLOUR}", "RPC served by the rank (lane below)"),
         (f"rpc:{FAILED_RPC_COLOUR}", "RPC failed"),
         (f"rpc:{OPEN_RPC_COLOUR}", "RPC never answered (drawn to the rank's last event)"),
+        (f"step:{STEP_COLOUR}", "step of a controlled schedule (a red tick: it preempted a task)"),
         ("fault", "fault fired"),
         ("failpoint", "armed failpoint reached, no fault this hit"),
         ("error", "raised"),
@@ -633,6 +659,9 @@ def _legend(colours: Mapping[str, str], y: float) -> tuple[list[str], float]:
             )
         elif kind == "rpc":
             out.append(f'<rect x="{x:.2f}" y="{y - 6}" width="16" height="3" fill="{colour}"/>')
+        elif kind == "step":
+            out.append(f'<rect x="{x:.2f}" y="{y - 10}" width="16" height="{STEP_HEIGHT}" fill="{colour}"/>')
+            out.append(_line(x + 2, y - 12, x + 2, y - 2, PREEMPT_COLOUR, 1.2))
         else:
             out.append(_glyph(kind, x + 8, y - 4, edge=0))
         out.append(f'<text x="{x + 22:.2f}" y="{y}">{_text(text)}</text>')

@@ -1,7 +1,8 @@
 """A world's timeline as Chrome trace-event JSON (Perfetto, chrome://tracing).
 
-One track per rank: its phases (init_rpc, entry, shutdown) as spans; the
-RPCs it issued and the ones it served as async spans; faults fired (a
+One track per rank: its phases (init_rpc, entry, shutdown) as spans; under
+a controlled schedule the steps its tasks ran, as spans; the RPCs it issued
+and the ones it served as async spans; faults fired (a
 message fault's failed or delayed sends among them), hits of armed
 failpoints that fired nothing, fuzz delays, user events and its death as
 instants; what it reported through ``harness.progress`` as counters.
@@ -81,6 +82,10 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
             args = {k: v for k, v in event.items() if k not in ("t", "rank", "kind", "tid")}
             out.append({"ph": "i", "s": "p", "name": name, "cat": cat, "pid": pid, "tid": 0,
                         "ts": us(event["t"]), "args": args})
+        for step in (s for s in result.schedule if s.rank == rank.rank):
+            out.append({"ph": "X", "name": f"step {step.index}: {step.label} -> {step.point}", "cat": "step",
+                        "pid": pid, "tid": 0, "ts": us(step.start), "dur": max(us(step.end) - us(step.start), 1.0),
+                        "args": {"task": step.task, "point": step.point, "preempted": step.preempted}})
         if rank.status in ("killed", "died", "hung", "stopped"):
             out.append({"ph": "i", "s": "p", "name": f"end: {rank.describe()}", "cat": "death",
                         "pid": pid, "tid": 0, "ts": us(last_t)})

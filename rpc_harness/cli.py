@@ -27,8 +27,9 @@ from harness.faults import FaultPlan
 from harness.interrupts import terminate_as_interrupt
 from harness.options import COMMAND_LINE_DEADLINE, add_option
 from harness.progress import ProgressBar
-from harness.repro import Repro, decode
+from harness.repro import Repro, decode, scenario_call
 from harness.scenario import Scenario, ScenarioReport
+from harness.schedule import parse as parse_schedule
 from harness.seeds import fresh_seed
 
 from .bench import SECTIONS
@@ -74,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     add_option(run, "deadline", default=COMMAND_LINE_DEADLINE,
                help=f"deadline of each world in seconds (default: {COMMAND_LINE_DEADLINE:g})")
     add_option(run, "fuzz", default=0.0)
+    add_option(run, "schedule", default="free",
+               help="the order of each world's steps: free (the operating system's, the default), controlled "
+                    "(random), pct or pct:D, or replay:... ; with --repeat N a controlled run explores N schedules, "
+                    "stops at the first that fails and shrinks it")
     run.add_argument("--repeat", type=int, default=1, metavar="N",
                      help="run every world N times, with seeds S, S+1, ..., and count how many failed or hung "
                           "(a soak test of the fault contracts)")
@@ -140,6 +145,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_writable_folder(args.out, "--out")
     names = ", ".join(dict.fromkeys(job.scenario.name for job in jobs))
     print(f"rpc-harness run: scenarios {names}, seed {seed}, {len(jobs)} world(s)")
+    if args.repeat > 1 and parse_schedule(args.schedule).controlled:
+        return explore_jobs(jobs, args)
     rows = []
     for job in jobs:
         report = run_job(job, deadline=args.deadline, progress=args.progress)
@@ -153,6 +160,41 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_summary(args.out, rows, seed)
         print(f"\nwrote traces, timelines, curves and summary.json to {args.out}")
     return 0 if all(report.ok for _, report in rows) else 1
+
+
+def explore_jobs(jobs: Sequence[Job], args: argparse.Namespace) -> int:
+    """``--schedule controlled --repeat N``: for each scenario, size and plan,
+    try N schedules (seeds S, S+1, ...), stop at the first that fails its
+    checks, shrink it to the fewest preemptions, print it and its replay."""
+    from harness.explore import Attempt, explore_runs, world_signature
+
+    groups: dict[tuple, Job] = {}
+    for job in jobs:
+        groups.setdefault((job.scenario.name, job.repro.world_size, job.label), job)
+    failed = 0
+    for first in groups.values():
+        def run(seed: int, schedule: str, first: Job = first) -> Attempt:
+            options = dict(first.repro.options, schedule=schedule)
+            job = dataclasses.replace(first, repro=dataclasses.replace(first.repro, seed=seed, options=options))
+            report = run_job(job, deadline=args.deadline, progress=args.progress)
+            print_outcome(report, job)
+            world = report.world
+            signature = (report.contract_ok, report.outcome_ok, bool(report.mismatches)) + (
+                world_signature(world) if world is not None else ())
+            return Attempt(seed, schedule, world, not report.ok, signature if not report.ok else (), report)  # type: ignore[arg-type]
+
+        found = explore_runs(run, seed=first.repro.seed, schedules=args.repeat, strategy=args.schedule)
+        print()
+        print(f"{first.scenario.name} world {first.repro.world_size} ({first.label}): " + found.summary()[0])
+        if found.found is None:
+            continue
+        failed += 1
+        best = found.shrunk or found.found
+        replay = dataclasses.replace(first.repro, seed=best.seed,
+                                     options=dict(first.repro.options, schedule=found.replay_schedule))
+        found.replay = [replay.command(), scenario_call(replay)]
+        print("\n".join(found.summary()[1:]))
+    return 1 if failed else 0
 
 
 def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
@@ -183,7 +225,7 @@ def _job(sc: Scenario, args: argparse.Namespace, size: int, names: tuple[str, ..
     """One world of the run, its config checked at this size and seed."""
     registry.validate_config(sc, config, size, seed, where=f"{sc.name} at world size {size}")
     repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, config=overrides,
-                  options={"faults": plan, "fuzz": args.fuzz})
+                  options={"faults": plan, "fuzz": args.fuzz, "schedule": args.schedule})
     return Job(sc, repro, label)
 
 
@@ -217,7 +259,8 @@ def run_job(job: Job, *, deadline: float, progress: str = "auto") -> ScenarioRep
     try:
         report = registry.run_scenario(
             job.scenario, repro.config, world_size=repro.world_size, seed=repro.seed,
-            faults=repro.faults or None, deadline=deadline, fuzz=repro.fuzz, on_progress=bar,
+            faults=repro.faults or None, deadline=deadline, fuzz=repro.fuzz, schedule=repro.schedule,
+            on_progress=bar,
         )
     except BaseException:
         if bar is not None:
@@ -235,6 +278,9 @@ def print_outcome(report: ScenarioReport, job: Job) -> None:
              if report.grads_checked else "no gradients compared")
     print(f"  {mark}: {report.scenario} world {report.world_size} ({job.label}): {report.metric_name} "
           f"{report.metric:.4g} after {report.steps} steps, {grads}, {report.duration:.1f}s")
+    if report.world is not None and report.world.schedule_note:
+        digest = f", digest {report.world.schedule_digest}" if report.world.schedule else ""
+        print(f"    schedule: {report.world.schedule_note.splitlines()[0]}{digest}")
     if report.ok:
         if report.contract_note:
             print(f"    contract: {report.contract_note.splitlines()[0]}")

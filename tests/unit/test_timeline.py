@@ -648,3 +648,27 @@ def test_any_events_give_valid_deterministic_svg(events):
     assert text == render_timeline({"traceEvents": events})
     assert len(rows(root)) == len({e["pid"] for e in events if e["pid"] is not None})
     assert_inside(root)
+
+
+def test_a_controlled_schedules_steps_are_drawn_on_their_ranks_with_preemptions_ticked():
+    from harness.schedule import Step
+
+    def ev(rank, t, kind):
+        return {"t": 1000.0 + t, "rank": rank, "kind": kind, "tid": 1}
+
+    ranks = [RankOutcome(r, f"w{r}", status="ok", events=[ev(r, 0.0, "start"), ev(r, 0.1, "entry_start"),
+                                                         ev(r, 0.9, "entry_done")]) for r in (0, 1)]
+    steps = [Step(0, 0, "w0", "w0", "main", "rpc.call:f", False, 1000.2, 1000.3),
+             Step(1, 1, "w1", "w0/1", "serving f for w0", "end", True, 1000.3, 1000.5)]
+    world = WorldResult(names=("w0", "w1"), seed=1, faults=FaultPlan(), deadline=5.0, ranks=ranks, schedule=steps,
+                        schedule_note="controlled (controlled), 2 steps")
+    events = [e for e in trace_events(world) if e.get("cat") == "step"]
+    assert [(e["pid"], e["name"], e["args"]["preempted"]) for e in events] == [
+        (0, "step 0: main -> rpc.call:f", False), (1, "step 1: serving f for w0 -> end", True)]
+    root = ET.fromstring(render_timeline(document(trace_events(world))))
+    bands = [g for g in root.iter(f"{SVG}g") if g.get("class") == "steps"]
+    assert len(bands) == 2, "one band per rank that ran steps"
+    titles = [t.text for g in bands for t in g.iter(f"{SVG}title")]
+    assert titles == ["step 0: main -> rpc.call:f", "step 1: serving f for w0 -> end"]
+    ticks = [line for line in bands[1].iter(f"{SVG}line")]
+    assert len(ticks) == 1 and not list(bands[0].iter(f"{SVG}line")), "the preempting step is ticked, only it"

@@ -1,0 +1,125 @@
+"""Controlled schedules in real worlds: the seed decides the order of the
+steps, a failing schedule replays step for step (and a replay that no longer
+takes the same steps says where it left them), exploration finds races and
+shrinks them, faults compose, and a wait the scheduler cannot see ends in a
+free-running world with every task's stacks, never a hang."""
+
+from __future__ import annotations
+
+import pytest
+
+import harness
+from harness import schedule as S
+from programs import lock_across_call, lost_update, tutorial_ps_mnist
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def lost(seed: int, schedule: str = "controlled", clients: int = 2) -> harness.WorldResult:
+    return harness.spawn(lost_update.run_worker, args=(clients + 2,), nprocs=clients + 2, seed=seed,
+                         schedule=schedule, deadline=60, check=False)
+
+
+def verdict(world: harness.WorldResult) -> tuple:
+    return world.ok, tuple((o.name, o.status) for o in world.failures)
+
+
+def test_a_controlled_worlds_schedule_is_decided_by_its_seed():
+    for seed in (1, 2, 3):
+        first, again = lost(seed), lost(seed)
+        assert first.controlled and again.controlled, first.schedule_note
+        assert first.schedule and [(s.task, s.point) for s in first.schedule] == [
+            (s.task, s.point) for s in again.schedule]
+        assert first.schedule_digest == again.schedule_digest and verdict(first) == verdict(again)
+
+
+def test_seeds_give_different_interleavings_and_the_race_fails_for_some_and_not_others():
+    worlds = [lost(seed) for seed in range(1, 9)]
+    assert len({w.schedule_digest for w in worlds}) >= 4
+    failing = [w for w in worlds if not w.ok]
+    assert failing and len(failing) < len(worlds), [verdict(w) for w in worlds]
+    assert all("lost update" in w["bank"].error for w in failing)
+
+
+def test_a_failing_schedule_replays_step_for_step():
+    failing = next(w for w in (lost(seed) for seed in range(1, 9)) if not w.ok)
+    replay = lost(failing.seed, S.replay_spec(failing.schedule))
+    assert replay.schedule_digest == failing.schedule_digest
+    assert verdict(replay) == verdict(failing) and not replay.problems
+
+
+def test_a_replay_that_no_longer_takes_the_same_steps_fails_saying_where():
+    recorded = lost(2, clients=2)
+    # A third client: the same program, another world. Its steps part from the recording.
+    replay = lost(2, S.replay_spec(recorded.schedule), clients=3)
+    diverged = [p for p in replay.problems if p.startswith("the replayed schedule diverged: step ")]
+    assert diverged and not replay.ok, replay.problems
+    assert "rpc world failed" in replay.report().splitlines()[0]
+
+
+def test_explore_finds_the_lost_update_shrinks_it_and_its_replay_line_fails_again():
+    found = harness.explore(lost_update.run_worker, 4, spawn=True, args=(4,), schedules=10, seed=1, deadline=60)
+    assert found.failed and found.shrunk is not None
+    assert found.shrunk.preemptions <= found.found.preemptions
+    assert found.shrunk.signature == found.found.signature
+    summary = "\n".join(found.summary())
+    assert "shrunk from" in summary and "then: rank 0 (bank): raised AssertionError: lost update" in summary
+    assert any("schedule='replay:" in line for line in found.replay)
+    again = lost(found.shrunk.seed, found.replay_schedule)
+    assert again.schedule_digest == found.shrunk.world.schedule_digest and not again.ok
+
+
+def test_a_lock_the_scheduler_cannot_see_gives_up_control_with_stacks_not_a_hang():
+    # Over many seeds some schedule pauses a handler inside its lock; the
+    # other handler then blocks on a bare lock where the scheduler cannot see.
+    worlds = [harness.spawn(lock_across_call.run_worker, args=(3,), nprocs=3, seed=seed, schedule="controlled",
+                            deadline=60, check=False) for seed in range(1, 7)]
+    assert all(w.ok for w in worlds), [w.report() for w in worlds if not w.ok]
+    released = [w for w in worlds if not w.controlled]
+    assert released, "some schedule blocks a handler on the lock"
+    note = released[0].schedule_note
+    assert note.startswith("no longer controlled: no step ended for 3s while no rank thread could run")
+    assert "with lock:" in note, "the stacks show where the task waits"
+    assert any(w.controlled for w in worlds), "others never block on it"
+
+
+def test_faults_fire_by_hit_count_under_a_controlled_schedule():
+    fault = "kill:client1@rpc.call:deposit#1"
+    world = harness.spawn(lost_update.run_worker, args=(4,), nprocs=4, seed=3, schedule="controlled",
+                          faults=fault, deadline=60, check=False)
+    assert world.fault_counts() == {fault: 1}
+    assert world["client1"].status == "killed"
+    assert [s.point for s in world.schedule if s.worker == "client1"][-1] == "died"
+    assert world.controlled, world.schedule_note
+
+
+def test_the_parameter_server_tutorial_races_under_control_and_replays_its_verdict():
+    def run(seed: int) -> harness.WorldResult:
+        return harness.spawn(tutorial_ps_mnist.main, args=(3, 2), nprocs=3, seed=seed, schedule="controlled",
+                             deadline=120, check=False)
+
+    worlds = {seed: run(seed) for seed in range(1, 6)}
+    failing = [w for w in worlds.values() if not w.ok]
+    assert failing, "some schedule steps one trainer between another's forward and backward"
+    assert "modified by an inplace operation" in failing[0].report()
+    again = run(failing[0].seed)
+    assert again.schedule_digest == failing[0].schedule_digest and verdict(again) == verdict(failing[0])
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", ["rl", "rnn", "ps"])
+def test_the_scenarios_pass_their_checks_under_a_controlled_schedule(name):
+    config = {"rl": {"episodes": 2, "max_steps": 10}, "rnn": {"epochs": 2, "sentences": 24}, "ps": {"batches": 3}}[name]
+    report = harness.run_scenario(name, config, seed=4, schedule="controlled", deadline=120)
+    harness.check_report(report)
+    assert report.world.controlled, report.world.schedule_note
+    assert report.grads_checked > 0 and report.world.schedule
+
+
+def test_the_fixture_runs_controlled_worlds(rpc_world):
+    from worlds import ring
+
+    first = rpc_world.run(ring, world_size=3, schedule="controlled", seed=11)
+    second = rpc_world.run(ring, world_size=3, schedule="controlled", seed=11)
+    assert first.values == second.values and first.schedule_digest == second.schedule_digest
+    assert {s.worker for s in first.schedule} == {"worker0", "worker1", "worker2"}
