@@ -57,7 +57,7 @@ def test_no_choice_while_an_issued_call_has_not_arrived_or_been_answered():
     runner = world.goes()[0]
     rank = 0 if runner == "a" else 1
     other = 1 - rank
-    world.say(rank, msg.Issued(f"{runner}/1", other, python=True), msg.Block(runner, f"wait f", ("call", f"{runner}/1")))
+    world.say(rank, msg.Issued(f"{runner}/1", other, python=True), msg.Block(runner, "wait f", ("call", f"{runner}/1")))
     assert len(world.goes()) == 1, "the call's handler has not begun: no choice yet"
     world.say(other, msg.Begin(f"{runner}/1", "serving f", "serve f", call=f"{runner}/1"))
     assert len(world.goes()) == 2

@@ -7,10 +7,10 @@ free-running world with every task's stacks, never a hang."""
 from __future__ import annotations
 
 import pytest
+from programs import lock_across_call, lost_update, tutorial_ps_mnist
 
 import harness
 from harness import schedule as S
-from programs import lock_across_call, lost_update, tutorial_ps_mnist
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
