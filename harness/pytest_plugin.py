@@ -324,7 +324,7 @@ class RpcWorld:
                kwargs: Mapping[str, Any] | None, check: bool, on_progress: Any) -> WorldResult:
         __tracebackhide__ = True
         from ._launcher import launch, raise_for_failures
-        from .repro import python_call, world_token
+        from .repro import python_call, replaying, world_token
         from .spec import make_spec
 
         settings = Settings.resolve(call, self._marker, self._config)
@@ -340,13 +340,18 @@ class RpcWorld:
         # module: the test module (its import-time setup), the ini's rpc_preload.
         preloaded = [*self._config.getini(PRELOAD_INI), self._request.module.__name__]
         modules = [(name, _import_folder(name)) for name in dict.fromkeys(preloaded) if name in sys.modules]
-        ways = [self.repro]
-        token = world_token(spec, path=_import_folder(spec.entry.module), modules=modules)
-        if token is not None:
-            ways.append(token.command())
-        ways.append(python_call(spec, modules=modules))
-        spec = dataclasses.replace(spec, repro="\n    or: ".join(ways))
-        result = launch(spec, on_progress=on_progress)
+
+        def replay_lines(spec: Any) -> str:
+            ways = [self.repro]
+            token = world_token(spec, path=_import_folder(spec.entry.module), modules=modules)
+            if token is not None:
+                ways.append(token.command())
+            ways.append(python_call(spec, modules=modules))
+            return "\n    or: ".join(ways)
+
+        result = launch(dataclasses.replace(spec, repro=replay_lines(spec)), on_progress=on_progress)
+        if result.schedule:  # a controlled world: the token and the Python line take its steps exactly
+            result.repro = replay_lines(replaying(spec, result.schedule))
         self.results.append(result)
         skipped = result.skipped
         if skipped is not None and not result.failures and not result.timed_out:

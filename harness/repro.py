@@ -167,6 +167,17 @@ def world_token(spec: WorldSpec, *, path: str = "", modules: Sequence[tuple[str,
                  args=spec.args, kwargs=kwargs, modules=tuple(modules), options=options)
 
 
+def replaying(spec: WorldSpec, steps: Sequence[Any]) -> WorldSpec:
+    """``spec`` with its schedule replaced by the recorded ``steps`` (a
+    controlled world's replay lines take them one for one, and fail, saying
+    where, if the world no longer does)."""
+    import dataclasses
+
+    from .schedule import replay_spec
+
+    return dataclasses.replace(spec, options=dataclasses.replace(spec.options, schedule=replay_spec(steps)))
+
+
 def python_call(spec: WorldSpec, *, modules: Sequence[tuple[str, str]] = ()) -> str:
     """A Python call that runs the same world again, with everything it was
     given (after preloading ``modules``, what the run had imported before

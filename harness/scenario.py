@@ -41,6 +41,7 @@ from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE
 from .progress import Progress
 from .repro import Repro, scenario_call
 from .result import WorldResult
+from .schedule import replay_spec
 from .spec import resolve_names
 
 ENTRY_POINT_GROUP = "rpc_harness.scenarios"
@@ -436,6 +437,10 @@ def run_scenario(
         on_progress=on_progress,
     )
     report = judge(sc, world, cfg)
+    if world.schedule:  # a controlled world: its replay lines take its steps exactly
+        repro = dataclasses.replace(repro, options=dict(repro.options, schedule=replay_spec(world.schedule)))
+        python = scenario_call(repro)
+        world.repro = f"{repro.command()}\n    or: {python}"
     report.replay, report.python_replay = repro.command(), python
     report.duration = time.monotonic() - started
     return report

@@ -10,7 +10,9 @@
 - failure-report latency: a rank's death to the world's failure report;
 - unarmed failpoint cost, and its share of a scenario's run time;
 - what recording an RPC for the timeline adds to the call;
-- each scenario's steps per second and peak memory per rank.
+- each scenario's steps per second and peak memory per rank;
+- controlled schedules: worlds per minute against free-running ones, and
+  how many worlds each way of running takes to hit a rare race.
 
 Timings are printed and written as JSON; they are never asserted in tests.
 """
@@ -262,7 +264,55 @@ def scenario_rates(scenarios: list[Scenario], per_call: float) -> list[dict[str,
     return rows
 
 
-SECTIONS = ("bring-up", "fixture", "failure", "failpoint", "recording", "scenarios")
+def schedule_cost(repeat: int) -> dict[str, Any]:
+    """Worlds per minute of a 3-rank world (bank, auditor, one client) run
+    free and under a controlled schedule, and the steps a schedule took."""
+    from harness import spawn
+
+    from . import races
+
+    out: dict[str, Any] = {}
+    for schedule in ("free", "controlled"):
+        times, steps = [], []
+        for seed in range(1, repeat + 1):
+            started = time.perf_counter()
+            world = spawn(races.run_worker, args=(3,), nprocs=3, seed=seed, schedule=schedule, deadline=120)
+            times.append(time.perf_counter() - started)
+            steps.append(len(world.schedule))
+        out[schedule] = {"per_minute": 60.0 / statistics.median(times), "median_s": statistics.median(times),
+                         "steps": statistics.median(steps)}
+    print(f"  schedules: {out['controlled']['per_minute']:.0f}/min controlled "
+          f"({out['controlled']['steps']:.0f} steps), {out['free']['per_minute']:.0f}/min free", flush=True)
+    return out
+
+
+FINDERS = (("controlled (random)", "controlled", 0.0), ("pct:3", "pct:3", 0.0), ("free", "free", 0.0),
+           ("free + fuzz 0.02", "free", 0.02))
+
+
+def finding_power(tries: int) -> dict[str, Any]:
+    """Worlds it takes each way of running to hit the lost update of
+    ``rpc_harness.races`` (two clients, one 20 ms later than the other),
+    seeds 1, 2, ... ; None if none of ``tries`` did."""
+    from harness import spawn
+
+    from . import races
+
+    out: dict[str, Any] = {}
+    for label, schedule, fuzz in FINDERS:
+        first = None
+        for seed in range(1, tries + 1):
+            world = spawn(races.run_worker, args=(4,), nprocs=4, seed=seed, schedule=schedule, fuzz=fuzz,
+                          deadline=120, check=False)
+            if not world.ok:
+                first = seed
+                break
+        out[label] = first
+        print(f"  first lost update, {label}: {first if first else f'none in {tries}'}", flush=True)
+    return {"tries": tries, "first_failure": out}
+
+
+SECTIONS = ("bring-up", "fixture", "failure", "failpoint", "recording", "scenarios", "schedules")
 
 
 def run_bench(
@@ -298,6 +348,9 @@ def run_bench(
         print(f"  unarmed failpoint: {per_call * 1e9:.0f} ns per call", flush=True)
     if "recording" in only:
         figures["rpc_recording"] = rpc_recording_cost(3 if quick else 7)
+    if "schedules" in only:
+        figures["schedule_cost"] = schedule_cost(3 if quick else 10)
+        figures["finding_power"] = finding_power(5 if quick else 40)
     if "scenarios" in only and not (quick and only == SECTIONS):
         figures["scenarios"] = scenario_rates(scenarios, per_call)
     print()
@@ -356,4 +409,15 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"| {row['scenario']} (world {row['world_size']}) | {row['steps_per_s']:.1f} steps/s, "
                      f"failpoints {row['failpoint_overhead_pct']:.4f}% of run time, "
                      f"peak {row['peak_rss_mb_per_rank']:.0f} MB/rank | | |")
+    cost = figures.get("schedule_cost")
+    if cost:
+        lines.append(f"| 3-rank world under a controlled schedule / free-running, worlds per minute (median) | "
+                     f"{cost['controlled']['per_minute']:.0f} ({cost['controlled']['steps']:.0f} steps) / "
+                     f"{cost['free']['per_minute']:.0f} | | |")
+    power = figures.get("finding_power")
+    if power:
+        tries = power["tries"]
+        found = ", ".join(f"{label} {seed if seed else f'none in {tries}'}"
+                          for label, seed in power["first_failure"].items())
+        lines.append(f"| worlds until the first lost update ({found}) | | | |")
     return "\n".join(lines)

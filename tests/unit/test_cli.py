@@ -20,6 +20,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
         (["run", "ps", "--set", "nope=1"], "has no field 'nope'"),
         (["run", "ps", "--set", "batches=many"], "'many' is not a valid int"),
         (["replay", "rpch9_x"], "format version '9'"),
+        (["run", "ps", "--schedule", "sometimes"], "argument --schedule: invalid schedule 'sometimes'"),
+        (["run", "ps", "--schedule", "pct:0"], "pct's depth is a whole number 1..20"),
         (["replay", "12345"], "12345 is a seed, not a repro token: run it with `rpc-harness run SCENARIO --seed 12345`"),
     ],
 )

@@ -128,3 +128,13 @@ def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(short_tmp
     assert proc.returncode == 130 and "interrupted; every rank was stopped" in err, err
     assert not wait_gone(pids, within=10)
     assert [p for p in os.listdir(tmp) if not p.startswith("torchinductor_")] == []
+
+
+def test_run_under_a_controlled_schedule_explores_the_schedules_it_is_asked_for(capsys):
+    code = main(["run", "rnn", "--schedule", "controlled", "--repeat", "2", "--seed", "3", "--no-fault-checks",
+                 "--set", "epochs=2", "--set", "sentences=24", "--progress", "off"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    digests = re.findall(r"schedule: controlled \(controlled\), \d+ steps, digest ([0-9a-f]{16})", out)
+    assert len(digests) == 2 and digests[0] != digests[1], out
+    assert "rnn world 3 (clean): explored 2 controlled schedule(s), 2 distinct" in out

@@ -7,10 +7,11 @@ free-running world with every task's stacks, never a hang."""
 from __future__ import annotations
 
 import pytest
-from programs import lock_across_call, lost_update, tutorial_ps_mnist
+from programs import lock_across_call, tutorial_ps_mnist
 
 import harness
 from harness import schedule as S
+from rpc_harness import races as lost_update
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -123,3 +124,13 @@ def test_the_fixture_runs_controlled_worlds(rpc_world):
     second = rpc_world.run(ring, world_size=3, schedule="controlled", seed=11)
     assert first.values == second.values and first.schedule_digest == second.schedule_digest
     assert {s.worker for s in first.schedule} == {"worker0", "worker1", "worker2"}
+
+
+def test_a_controlled_worlds_replay_line_takes_its_steps_and_fails_again():
+    failing = next(w for w in (lost(seed) for seed in range(2, 9)) if not w.ok)
+    line = failing.repro.splitlines()[-1].removeprefix("    or: ")
+    assert line.startswith("harness.spawn(") and "schedule='replay:" in line, failing.repro
+    assert line.endswith(")")
+    again = eval(line[:-1] + ", check=False, deadline=60)", {"harness": harness})
+    assert again.schedule_digest == failing.schedule_digest and verdict(again) == verdict(failing)
+    assert not again.problems

@@ -1,4 +1,5 @@
-"""A lost update in a served handler: a bank adds deposits to a balance it
+"""A race for the bench and the docs (``rpc-harness bench --only schedules``):
+a lost update in a served handler: a bank adds deposits to a balance it
 reads, asks an auditor for the fee (an RPC), and writes back. Two clients
 deposit once each; when both handlers read before either writes, one
 deposit is lost and the bank's check at the end fails.
