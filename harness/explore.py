@@ -29,18 +29,27 @@ DEFAULT_SHRINK_RUNS = 40  # worlds shrinking may run
 
 @dataclass
 class Attempt:
-    """One world of an exploration: its seed, its schedule, and how it ended."""
+    """One world of an exploration: its seed, its schedule, and how it ended.
+    (An exploration keeps the worlds of failing attempts only: hundreds of
+    passing worlds' events would fill the memory for nothing.)"""
 
     seed: int
     schedule: str
-    world: WorldResult
+    world: WorldResult | None
     failed: bool
     signature: tuple = ()  # how it failed: a shrunk schedule must fail the same way
     report: Any = None  # a scenario's report, when a scenario was explored
+    digest: str = ""
+    preemptions: int = 0
 
-    @property
-    def preemptions(self) -> int:
-        return S.preemptions(self.world.schedule)
+    def __post_init__(self) -> None:
+        if self.world is not None:
+            self.digest = self.world.schedule_digest
+            self.preemptions = S.preemptions(self.world.schedule)
+
+    def forget(self) -> None:
+        """Keep what the exploration's summary needs, not the world."""
+        self.world = self.report = None
 
 
 @dataclass
@@ -61,13 +70,13 @@ class Exploration:
     @property
     def digests(self) -> list[str]:
         """The schedule digest of each world tried (distinct interleavings explored)."""
-        return [a.world.schedule_digest for a in self.attempts]
+        return [a.digest for a in self.attempts]
 
     @property
     def replay_schedule(self) -> str:
         """The ``schedule`` value that replays the shrunk failure step for step."""
         best = self.shrunk or self.found
-        return S.replay_spec(best.world.schedule) if best is not None else ""
+        return S.replay_spec(best.world.schedule) if best is not None and best.world is not None else ""
 
     def summary(self) -> list[str]:
         """A few lines: what was tried, what failed, the shrunk schedule."""
@@ -78,7 +87,8 @@ class Exploration:
         best = self.shrunk or self.found
         lines.append(f"schedule of seed {self.found.seed} failed after {len(self.attempts)} tries; shrunk from "
                      f"{self.found.preemptions} to {best.preemptions} preemption(s) in {self.shrink_runs} run(s):")
-        lines += ["  " + line for line in S.summary(best.world.schedule, failed_at=failure_line(best))]
+        lines += ["  " + line for line in S.summary(best.world.schedule if best.world else [],
+                                                     failed_at=failure_line(best))]
         lines += [f"Replay: {way}" if i == 0 else f"    or: {way}" for i, way in enumerate(self.replay)]
         return lines
 
@@ -86,6 +96,8 @@ class Exploration:
 def failure_line(attempt: Attempt) -> str:
     """What went wrong, in one line."""
     world = attempt.world
+    if world is None:
+        return "the world failed"
     failed = world.failures
     if failed:
         return failed[0].describe()
@@ -111,6 +123,7 @@ def explore_runs(run: Callable[[int, str], Attempt], *, seed: int, schedules: in
         if attempt.failed:
             found.found = attempt
             break
+        attempt.forget()
     if found.found is not None and shrink:
         found.shrunk, found.shrink_runs = _shrink(run, found.found, budget=shrink_runs)
     return found
@@ -120,7 +133,7 @@ def _shrink(run: Callable[[int, str], Attempt], failing: Attempt, *, budget: int
     """Drop preemptions one at a time while the world still fails alike."""
     best, runs = failing, 0
     improved = True
-    while improved and runs < budget:
+    while improved and runs < budget and best.world is not None:
         improved = False
         steps = best.world.schedule
         for index in [s.index for s in steps if s.preempted]:
@@ -129,9 +142,11 @@ def _shrink(run: Callable[[int, str], Attempt], failing: Attempt, *, budget: int
             runs += 1
             candidate = run(best.seed, S.without(S.pairs(steps), index))
             if candidate.failed and candidate.signature == best.signature and \
-                    candidate.preemptions < best.preemptions and candidate.world.controlled:
+                    candidate.preemptions < best.preemptions and candidate.world is not None and \
+                    candidate.world.controlled:
                 best, improved = candidate, True
                 break
+            candidate.forget()
     return best, runs
 
 
