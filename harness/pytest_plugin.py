@@ -416,7 +416,7 @@ def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[st
     from .timeline import write_timeline
     from .trace import write_trace
 
-    folder = item.config.getoption("rpc_trace_dir") or item.config.getini("rpc_trace_dir") or os.path.join(
+    folder = _session_setting(item.config, TRACE_OPTION)[0] or os.path.join(
         str(item.config.rootpath), ".rpc-harness", "traces"
     )
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:150]

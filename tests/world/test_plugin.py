@@ -389,3 +389,25 @@ def test_rank1_dies(rpc_world):
     assert deaths and "SIGKILL" in deaths[0]["name"]
     svg = ET.parse(picture[1]).getroot()
     assert svg.tag.endswith("svg") and "rank 1 (worker1)" in ET.tostring(svg, encoding="unicode")
+
+
+def test_the_schedule_comes_from_the_command_line_the_ini_file_and_the_marker(pytester):
+    pytester.makepyfile(ENTRIES + """
+def test_flag_or_ini(rpc_world):
+    result = rpc_world.run(ok, world_size=2)
+    print("SCHEDULE", result.schedule_note.split(",")[0], len(result.schedule) > 0)
+
+@pytest.mark.rpc_world(schedule="pct:2")
+def test_marker(rpc_world):
+    result = rpc_world.run(ok, world_size=2)
+    print("MARKED", result.schedule_note.split(",")[0])
+""")
+    result = run(pytester, "-s", "--rpc-schedule=controlled")
+    result.assert_outcomes(passed=2)
+    assert "SCHEDULE controlled (controlled) True" in result.stdout.str()
+    assert "MARKED controlled (pct:2)" in result.stdout.str(), "the marker wins over the command line"
+    pytester.makeini("[pytest]\nrpc_schedule = pct:3\n")
+    result = run(pytester, "-s", "-k", "flag_or_ini")
+    assert "SCHEDULE controlled (pct:3) True" in result.stdout.str()
+    result = run(pytester, "--rpc-schedule=sometimes")
+    assert result.ret != 0 and "--rpc-schedule: invalid schedule 'sometimes'" in result.stderr.str() + result.stdout.str()
