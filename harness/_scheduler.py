@@ -58,7 +58,6 @@ class Call:
     rref: str | None = None
     settled: bool = False
     completed: bool = False  # its caller heard the answer (maybe before its handler's end reached us)
-    task_ended: bool = False
 
 
 @dataclass
@@ -98,7 +97,9 @@ class Scheduler:
         self.rng = random.Random(derive_seed(seed, "schedule"))
         self.seed = seed
         self.world_size = world_size
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, Task] = {}  # every task the world had (ended ones too: their ranks are asked)
+        self.ready: dict[str, Task] = {}  # the tasks that could run now
+        self.waiting: dict[tuple, dict[str, Task]] = {}  # blocked tasks by what they wait for
         self.calls: dict[str, Call] = {}
         self.mains_pending = set(range(world_size))
         self.arrivals: set[str] = set()  # calls whose handler has not begun
@@ -172,7 +173,8 @@ class Scheduler:
             self.arrivals.discard(call)
         else:
             self.early.add(call)
-        self.tasks[task_id] = Task(task_id, rank, label, READY, point)
+        task = self.tasks[task_id] = Task(task_id, rank, label, BLOCKED, point)
+        self._ready(task, notified=True)
 
     def _stop(self, task_id: str, point: str, state: str) -> Task | None:
         task = self.tasks.get(task_id)
@@ -181,8 +183,21 @@ class Scheduler:
         if self.running is task:
             self._record(task, point)
             self.running = None
+        self._leave(task)
         task.state, task.point = state, point
+        if state == READY:
+            self.ready[task.id] = task
         return task
+
+    def _leave(self, task: Task) -> None:
+        """Take ``task`` out of the indexes of its current state."""
+        self.ready.pop(task.id, None)
+        if task.state == BLOCKED and task.on is not None:
+            waiters = self.waiting.get(task.on)
+            if waiters is not None:
+                waiters.pop(task.id, None)
+                if not waiters:
+                    del self.waiting[task.on]
 
     def _block(self, rank: int, task_id: str, point: str, on: tuple, timeout: float | None) -> None:
         done_already = on[0] == "future" and len(on) > 2 and on[2]  # completed before the gate knew of it
@@ -191,6 +206,7 @@ class Scheduler:
         if task is None:
             return
         task.on = key
+        self.waiting.setdefault(key, {})[task.id] = task
         if done_already:
             self._ready(task, notified=True)
         elif key[0] == "cond" and task_id in self.notified_early:
@@ -255,12 +271,13 @@ class Scheduler:
         return False  # conditions and timers: woken by a notify or the clock
 
     def _wake(self, key: tuple) -> None:
-        for task in self.tasks.values():
-            if task.state == BLOCKED and task.on == key:
-                self._ready(task, notified=True)
+        for task in sorted(self.waiting.get(key, {}).values(), key=lambda t: t.id):
+            self._ready(task, notified=True)
 
     def _ready(self, task: Task, *, notified: bool) -> None:
+        self._leave(task)
         task.state, task.notified, task.on, task.timer = READY, notified, None, None
+        self.ready[task.id] = task
 
     def _alive_caller(self, call: Call) -> bool:
         caller = self.tasks.get(call.caller) if call.caller else None
@@ -280,6 +297,7 @@ class Scheduler:
                 if self.running is task:
                     self._record(task, "frozen" if frozen else "died")
                     self.running = None
+                self._leave(task)
                 task.state = ENDED
         for call in self.calls.values():
             caller = self.tasks.get(call.caller) if call.caller else None
@@ -306,7 +324,7 @@ class Scheduler:
         """If the world is quiet, let the chosen task go."""
         if not self.controlled or self.halted or not self.quiet():
             return
-        ready = sorted((t for t in self.tasks.values() if t.state == READY), key=lambda t: t.id)
+        ready = sorted(self.ready.values(), key=lambda t: t.id)
         if not ready:
             at, woken = self.timers.pop_due(self.tasks)
             if not woken:
@@ -318,6 +336,7 @@ class Scheduler:
         chosen = self._strategy(ready)
         last = self.last
         self.step_preempted = last is not None and last.state == READY and chosen is not last and last in ready
+        self._leave(chosen)
         self.running = chosen
         chosen.state = RUNNING
         self.step_started = self.clock()
@@ -373,7 +392,7 @@ class Scheduler:
         if self.followers:
             parts.append(f"callbacks on calls {sorted(self.followers)} never returned")
         if not parts:
-            waiting = [f"{t.id} ({t.label}) at {t.point}" for t in self.tasks.values() if t.state == BLOCKED]
+            waiting = [f"{t.id} ({t.label}) at {t.point}" for tasks in self.waiting.values() for t in tasks.values()]
             parts.append("every task waits: " + ("; ".join(waiting) or "none is left"))
         return "; ".join(parts)
 
@@ -535,8 +554,7 @@ class ScheduleLink:
         ranks use no CPU (a task blocked where the scheduler cannot see, or
         every task waiting for another); None while things move."""
         scheduler = self.scheduler
-        idle_with_waiters = scheduler.quiet() and any(t.state == BLOCKED for t in scheduler.tasks.values()) and \
-            not any(t.state == READY for t in scheduler.tasks.values())
+        idle_with_waiters = scheduler.quiet() and bool(scheduler.waiting) and not scheduler.ready
         now = self.clock()
         if not scheduler.controlled or not (scheduler.busy() or idle_with_waiters):
             self.heard = now
