@@ -156,6 +156,16 @@ class Gate:
             return True
         return self._await(task, msg.Block(task, point, on, timeout))
 
+    def issued(self, call: str, to: int, python: bool, rref: str | None) -> None:
+        """The current task issued ``call``: tell the scheduler, which lets it
+        go on at once, or once the answer is in when no task of the world's
+        makes it (torch answers in C++, or the callee is gone): whether such
+        an answer came before the task's next look at its future must not be
+        the clock's choice."""
+        task = current_task()
+        if task is not None:
+            self._await(task, msg.Issued(call, to, python, rref))
+
     def end(self, *, responds_later: bool = False, failed: bool = False) -> None:
         task = getattr(_local, "task", None)
         _local.task = None

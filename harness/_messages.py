@@ -137,9 +137,9 @@ class End:
 
 @dataclass(frozen=True)
 class Issued:
-    """The running task is about to issue call ``call`` to ``to`` (a rank):
-    a Python function (``python``: a task will start there) or one torch runs
-    in C++; ``rref``: the id of the RRef a ``remote()`` creates."""
+    """The running task issued call ``call`` to ``to`` (a rank): a Python
+    function (``python``: a task will start there) or one torch runs in C++;
+    ``rref``: the id of the RRef a ``remote()`` creates. It waits for Go."""
 
     call: str
     to: int

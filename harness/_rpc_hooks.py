@@ -304,10 +304,10 @@ class _Watch:
             raise
         future = value._get_future() if api == "remote" else value
         rref = _gate.rref_id(value) if api == "remote" else None
-        gate.send(_msg.Issued(call, self._rank_of(to), python, rref))
-        _gate.track_call(future, call, names[-1])
         if span is not None:
             add_callback(future, lambda done: self.calls.end(span, _error_of(done)))
+        _gate.track_call(future, call, names[-1])  # before the scheduler hears of the call: it may wait for it
+        gate.issued(call, self._rank_of(to), python, rref)
         if api == "remote" and isinstance(func, type):
             _remote_types[str(value)] = func
         return future.wait() if api == "rpc_sync" else value

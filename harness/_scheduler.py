@@ -105,6 +105,8 @@ class Scheduler:
         self.arrivals: set[str] = set()  # calls whose handler has not begun
         self.early: set[str] = set()  # handlers that began before their call was reported
         self.answers: set[str] = set()  # calls whose completion is due
+        self.heard: set[str] = set()  # calls whose completion came before the call itself was reported
+        self.acks: dict[str, Task] = {}  # callers waiting, in their step, for an answer no task makes
         self.followers: dict[str, int] = {}  # calls whose program callbacks still run
         self.resolved: set[tuple[int, int]] = set()  # (rank, serial) of the program's futures
         self.pending_rrefs: dict[str, str] = {}  # rref id -> the call creating it, until its handler ends
@@ -146,6 +148,11 @@ class Scheduler:
                 self.answers.discard(call)
                 if call in self.calls:
                     self.calls[call].completed = True
+                else:
+                    self.heard.add(call)
+                caller = self.acks.pop(call, None)
+                if caller is not None:
+                    self.send(caller.rank, msg.Go(caller.id))
                 if followers:
                     self.followers[call] = self.followers.get(call, 0) + followers
                 else:
@@ -232,19 +239,26 @@ class Scheduler:
             self.notified_early.discard(task.id)
 
     def _issued(self, call_id: str, to: int, python: bool, rref: str | None) -> None:
-        caller = self.running.id if self.running is not None else None
-        self.calls[call_id] = Call(call_id, caller, to, python, rref)
-        if to in self.gone or to in self.frozen:
-            self.answers.add(call_id)  # it fails, at once or at its timeout
-        elif python:
+        running = self.running
+        call = self.calls[call_id] = Call(call_id, running.id if running else None, to, python, rref)
+        if python and to not in self.gone and to not in self.frozen:
             if call_id in self.early:
                 self.early.discard(call_id)
             else:
                 self.arrivals.add(call_id)
             if rref is not None:
                 self.pending_rrefs[rref] = call_id
-        else:
+        elif call_id in self.heard:  # answered in C++, or failed at a gone callee, already
+            self.heard.discard(call_id)
+            call.completed = True
+            call.settled = call_id not in self.followers
+        else:  # its caller goes on once it is (at once, or a frozen callee's timeout)
             self.answers.add(call_id)
+            if running is not None:
+                self.acks[call_id] = running
+                return
+        if running is not None:
+            self.send(running.rank, msg.Go(running.id))
 
     def _settle(self, call_id: str) -> None:
         call = self.calls.get(call_id)
@@ -319,6 +333,17 @@ class Scheduler:
     def halt(self) -> None:
         """The world is failing: its schedule ends here."""
         self.halted = True
+
+    def entries_done(self) -> None:
+        """Every entry has returned and the world shuts down: the schedule
+        ends here, and the handlers still left (a late ping, a call the
+        program never waited for) run free rather than wait for turns into
+        a shutdown that would not wait for them (after a death torch's does not)."""
+        if self.controlled and not self.halted:
+            self.halt()
+            for rank in range(self.world_size):
+                if rank not in self.gone:
+                    self.send(rank, msg.Release())
 
     def decide(self) -> None:
         """If the world is quiet, let the chosen task go."""

@@ -247,6 +247,8 @@ class Supervisor:
             return
         graceful = not self.frozen and not any(o.status == R.KILLED for o in self.outcomes)
         self.shutdown_sent = graceful
+        if self.link is not None:  # handlers left over run free while the world shuts down
+            self.link.scheduler.entries_done()
         for rank in sorted(self.frozen & self.running):
             _signal(self.procs[rank].pid, signal.SIGKILL)  # its exit is then seen as planned
         for outcome in alive:

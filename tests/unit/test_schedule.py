@@ -33,6 +33,15 @@ class World:
         self.scheduler.decide()
 
     def goes(self) -> list[str]:
+        """The tasks let go, in order (an issued call's ack to the task
+        already running is not a choice: repeats in a row count once)."""
+        out: list[str] = []
+        for _, m in self.sent:
+            if isinstance(m, msg.Go) and (not out or out[-1] != m.task):
+                out.append(m.task)
+        return out
+
+    def all_goes(self) -> list[str]:
         return [m.task for _, m in self.sent if isinstance(m, msg.Go)]
 
 
@@ -66,6 +75,33 @@ def test_no_choice_while_an_issued_call_has_not_arrived_or_been_answered():
               msg.At(handler_or_other, "x"))
     # Whatever ran, the caller stays blocked until its answer is heard.
     assert world.scheduler.tasks[runner].state == "blocked"
+
+
+def test_a_call_torch_answers_in_cpp_holds_its_caller_until_the_answer_is_in():
+    # Whether such an answer came before the caller looks at its future is
+    # the clock's business: the caller goes on only once it has.
+    world = World(spec="random")
+    two_mains(world)
+    runner = world.goes()[0]
+    rank = 0 if runner == "a" else 1
+    world.say(rank, msg.Issued(f"{runner}/1", 1 - rank, python=False))
+    assert world.all_goes() == [runner], "no ack, and no other task, before the answer"
+    world.say(rank, msg.Completed(f"{runner}/1"))
+    assert world.all_goes() == [runner, runner], "the answer is in: the caller goes on, still in its step"
+    # An answer heard before the call itself was reported (two threads, one pipe) acks at once.
+    world.say(rank, msg.Completed(f"{runner}/2"), msg.Issued(f"{runner}/2", 1 - rank, python=False))
+    assert world.all_goes() == [runner, runner, runner]
+    world.say(rank, msg.Block(runner, "wait g", ("call", f"{runner}/2")))
+    assert world.scheduler.tasks[runner].state in ("ready", "running"), "an answered call is not waited for"
+
+
+def test_a_python_call_to_a_live_rank_is_acked_at_once():
+    world = World(spec="random")
+    two_mains(world)
+    runner = world.goes()[0]
+    rank = 0 if runner == "a" else 1
+    world.say(rank, msg.Issued(f"{runner}/1", 1 - rank, python=True))
+    assert world.all_goes() == [runner, runner]
 
 
 def test_an_answer_heard_before_its_handlers_end_is_not_waited_for_again():
