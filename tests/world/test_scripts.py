@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -18,8 +19,12 @@ print(harness.run_world(hello, world_size=2).values)
 def test_a_script_that_starts_a_world_without_a_main_guard_is_told_to_add_one(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(UNGUARDED)
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
-    assert "rank 0 (worker0): raised WorldSpecError: a world cannot be started from a daemonic process" in done.stderr
+    # Both ranks import the script and raise the same error; whichever
+    # reports first fails the world, and the other is stopped.
+    raised = re.findall(r"rank (\d) \(worker\1\): raised WorldSpecError: a world cannot be started from a "
+                        r"daemonic process", done.stderr)
+    assert raised and set(raised) <= {"0", "1"}, done.stderr
     assert "`if __name__ == '__main__':`" in done.stderr
 
