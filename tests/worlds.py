@@ -206,8 +206,12 @@ def endpoints_then_wait(ctx, folder):
                 abstract.append(parts[7][1:])
     record = {"ports": ports, "abstract": abstract, "netns": os.readlink("/proc/self/ns/net"),
               "env": {k: os.environ.get(k) for k in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR")}}
-    with open(os.path.join(folder, f"rank{ctx.rank}.json"), "w") as file:
+    # Written whole or not at all: the test reads rank*.json as soon as it
+    # exists, so the name appears only once the record is complete.
+    path = os.path.join(folder, f"rank{ctx.rank}.json")
+    with open(path + ".partial", "w") as file:
         json.dump(record, file)
+    os.replace(path + ".partial", path)
     until = time.monotonic() + 30
     while not os.path.exists(os.path.join(folder, "tried")) and time.monotonic() < until:
         time.sleep(0.02)
