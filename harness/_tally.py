@@ -24,14 +24,23 @@ SHOWN_HITS = 12  # failpoints listed for an unfired fault's rank
 
 def add_message_failures(plan: FaultPlan, outcomes: list[RankOutcome]) -> None:
     """Turn each failed send torch logged in a ``msgfail`` target's output
-    into a ``fault`` event of that rank."""
+    into a ``fault`` event of that rank: the tries the plan failed.
+
+    ``msgfail=N`` fails tries 1..N of a message; a later try that fails was
+    sent through torch's retry path untouched by the plan and failed for a
+    reason of its own (its peer died, or had shut down while the retry,
+    about a second after the first try, was still pending), so it is not
+    the fault's doing and not counted. Torch logs those the same way."""
     by_name = {o.name: o for o in outcomes}
     for fault in plan:
         outcome = by_name.get(fault.target)
         if fault.kind != "msgfail" or outcome is None:
             continue
         near = next((e["t"] for e in outcome.events if "t" in e), None)
-        for hit, (t, attempt) in enumerate(_msgfaults.failed_sends(outcome.output, near=near), start=1):
+        failed = int(fault.arg or 1)  # type: ignore[arg-type]
+        tries = [(t, attempt) for t, attempt in _msgfaults.failed_sends(outcome.output, near=near)
+                 if attempt <= failed]
+        for hit, (t, attempt) in enumerate(tries, start=1):
             outcome.events.append(FaultFired(t, outcome.rank, str(fault), fault.kind, fault.point, hit,
                                              attempt).as_event())
         outcome.events.sort(key=lambda e: e.get("t", 0.0))

@@ -314,3 +314,36 @@ def loopback_pinning(ctx):
     and Gloo read, and where its listening TCP sockets are bound."""
     env = {k: os.environ.get(k) for k in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR")}
     return {"env": env, "listening": listening_addresses(ctx)}
+
+
+def _dies_here():
+    harness.failpoint("peer.die")
+
+
+def cleanup_retried_after_its_peer_died(ctx, tries=2):
+    """Rank 0 shares a dist_autograd context with rank 1, has rank 1 reach
+    failpoint ``peer.die`` (where the plan kills it), then leaves the
+    context: its CLEANUP_AUTOGRAD_CONTEXT_REQ to the dead rank 1 is a message
+    torch retries, and every retry fails for real. Returns once rank 0's own
+    log shows torch's try ``tries`` of it failing (30 s at most), with the
+    tries torch logged as failed."""
+    import torch.distributed.autograd as dist_autograd
+
+    if ctx.rank != 0:
+        return None
+    log = os.path.join(ctx.workdir, f"rank{ctx.rank}.log")
+    with dist_autograd.context():
+        rpc.rpc_sync(ctx.names[1], add, args=(torch.ones(2, requires_grad=True), 1))
+        try:
+            rpc.rpc_sync(ctx.names[1], _dies_here)
+        except Exception:  # noqa: BLE001 - its connection closed: rank 1 is dead
+            pass
+
+    def logged():
+        with open(log) as file:
+            return [int(line.rsplit("Send try ", 1)[1].split()[0]) for line in file if "Send try " in line]
+
+    until = time.monotonic() + 30
+    while tries not in logged() and time.monotonic() < until:
+        time.sleep(0.05)
+    return logged()

@@ -132,3 +132,20 @@ def test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world():
     assert "fails all 6 of torch's tries of a message: 1 message(s) lost" in result.report()
     assert "rpc world hung" in result.report().splitlines()[0]
 
+
+
+def test_a_msgfail_counts_the_tries_it_failed_not_a_later_try_that_failed_for_real():
+    # msgfail=1 fails the first try of each message. When the peer is dead,
+    # torch's retries fail too, logged the same way; they are the death's
+    # doing, not the plan's (the RNN scenario's last cleanup retry, still
+    # pending when a server had shut down, was counted as a 25th send).
+    plan = "msgfail:worker0@CLEANUP_AUTOGRAD_CONTEXT_REQ=1,kill:worker1@peer.die#1"
+    result = harness.run_world(worlds.cleanup_retried_after_its_peer_died, world_size=2, faults=plan,
+                               deadline=60)
+    assert [r.status for r in result] == ["ok", "killed"]
+    logged = result[0].value
+    assert logged[:2] == [1, 2], "torch logged its first try (the plan's) and a retry (the dead peer's) as failed"
+    assert result.fault_counts() == {"msgfail:worker0@CLEANUP_AUTOGRAD_CONTEXT_REQ=1": 1,
+                                     "kill:worker1@peer.die#1": 1}
+    assert [(f.point, f.hit, f.attempt) for f in result.fired_faults() if f.kind == "msgfail"] == [
+        ("CLEANUP_AUTOGRAD_CONTEXT_REQ", 1, 1)]
