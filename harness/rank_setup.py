@@ -4,7 +4,8 @@ launcher (``_rank.py``) or torchrun (``rpc_harness.torchrun``).
 - :func:`die_with_parent`: a rank never outlives the process that started it;
 - :func:`pin_loopback`: TensorPipe and Gloo listen on loopback only;
 - :func:`intra_op_threads`: the cores shared out among the ranks;
-- :func:`rpc_backend`: plain TensorPipe, or torch's faulty agent for message faults.
+- :func:`rpc_backend`: plain TensorPipe, or torch's faulty agent for message faults;
+- :func:`widen_listen_backlogs`: listeners that hold a whole world's connections.
 
 Imports torch: for rank processes only, never for ``import harness``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import threading
 from multiprocessing import parent_process
 from multiprocessing.connection import wait
@@ -84,6 +86,7 @@ def rpc_backend(
     FaultyTensorPipe agent when the plan (or schedule fuzzing) delays or fails
     this rank's messages. ``name`` is the rank's worker name when its context
     does not know it yet (a spawned program names itself in init_rpc)."""
+    _widen_backlogs_once_started()
     mine = ctx.faults.for_target(name or ctx.name or "")
     to_fail = sorted({f.point for f in mine if f.kind == "msgfail"})
     to_delay = {f.point: f.seconds for f in mine if f.kind == "msgdelay"}
@@ -136,3 +139,79 @@ def tensorpipe_options(init_method: str, rpc_timeout: float, num_worker_threads:
         init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=num_worker_threads,
         _transports=["uv"], _channels=["basic"], **more,
     )
+
+
+# -- listen backlogs ---------------------------------------------------------------------
+
+SOMAXCONN = "/proc/sys/net/core/somaxconn"
+_widening = False
+
+
+def widen_listen_backlogs() -> int:
+    """Give every listening TCP socket of this process the largest backlog
+    its network namespace allows (``net.core.somaxconn``); how many it found.
+
+    TensorPipe's TCP listener asks for a backlog of 128 (``kBacklog`` in
+    tensorpipe/transport/uv/uv.h), and init_rpc's all-gather has every
+    follower open a pipe and its channel's connection to the leader at once:
+    2 x 255 connections in a 256-rank world. Measured in a world's own
+    namespace: 180 to 415 listen-queue overflows each time a 256-rank world
+    came up. Each overflow costs its connection a SYN retry (a second or
+    more); a handshake whose last ACK found the queue full leaves a client
+    that thinks it is connected while the leader holds only a request, which
+    the kernel drops when the queue stays full (a request queue over half
+    full keeps old requests for 2 SYN-ACK retries, about 3 s); that client
+    then gets RST: ``ECONNRESET`` in init_rpc, as 3 ranks of a 256-rank world
+    did on a loaded machine. ``listen()`` on a listening socket only changes
+    its backlog; Gloo's own listeners already ask for somaxconn."""
+    backlog = _somaxconn()
+    libc = ctypes.CDLL(None, use_errno=True)
+    widened = 0
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:["):
+                continue
+        except OSError:
+            continue
+        if (_sockopt(libc, fd, socket.SO_ACCEPTCONN) == 1 and _sockopt(libc, fd, socket.SO_TYPE) == socket.SOCK_STREAM
+                and _sockopt(libc, fd, socket.SO_DOMAIN) in (socket.AF_INET, socket.AF_INET6)
+                and libc.listen(fd, backlog) == 0):
+            widened += 1
+    return widened
+
+
+def _sockopt(libc: Any, fd: int, option: int) -> int | None:
+    """An int socket option of ``fd`` (read through libc: a socket object
+    made on someone else's fd may change its blocking mode)."""
+    value, size = ctypes.c_int(0), ctypes.c_uint32(ctypes.sizeof(ctypes.c_int))
+    if libc.getsockopt(fd, socket.SOL_SOCKET, option, ctypes.byref(value), ctypes.byref(size)) != 0:
+        return None
+    return value.value
+
+
+def _somaxconn() -> int:
+    try:
+        with open(SOMAXCONN) as file:
+            return int(file.read())
+    except (OSError, ValueError):
+        return socket.SOMAXCONN
+
+
+def _widen_backlogs_once_started() -> None:
+    """Widen this process's listeners as soon as its RPC agent has started
+    (torch's ``api._init_rpc_states`` starts it, listener and all), before
+    init_rpc's own all-gather sends every follower to the leader."""
+    global _widening
+    from torch.distributed.rpc import api
+
+    if _widening:
+        return
+    _widening = True
+    original = api._init_rpc_states
+
+    def _init_rpc_states(agent: Any) -> None:
+        original(agent)
+        widen_listen_backlogs()
+
+    _init_rpc_states.__wrapped__ = original  # type: ignore[attr-defined]
+    api._init_rpc_states = _init_rpc_states

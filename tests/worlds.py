@@ -347,3 +347,14 @@ def cleanup_retried_after_its_peer_died(ctx, tries=2):
     while tries not in logged() and time.monotonic() < until:
         time.sleep(0.05)
     return logged()
+
+
+def listen_backlogs(ctx):
+    """(backlog, somaxconn) of every listening TCP socket in this rank's
+    network namespace, as the kernel reports them (``ss``'s Send-Q)."""
+    import subprocess
+
+    with open("/proc/sys/net/core/somaxconn") as file:
+        somaxconn = int(file.read())
+    lines = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return [(int(line.split()[2]), somaxconn) for line in lines]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
@@ -167,6 +168,15 @@ def test_ranks_listen_on_loopback_only():
 def test_an_entry_given_by_name_runs():
     result = harness.run_world("worlds:say_hello", world_size=2)
     assert result.values == [0, 1]
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss to read a listener's backlog")
+def test_every_listener_of_a_rank_takes_the_full_backlog_its_namespace_allows():
+    # TensorPipe's listener asks for 128 (a 256-rank world's init_rpc opens
+    # 510 connections to the leader at once); the rank raises it.
+    result = harness.run_world(worlds.listen_backlogs, world_size=3)
+    for listeners in result.values:
+        assert listeners and all(backlog == somaxconn for backlog, somaxconn in listeners), listeners
 
 
 @pytest.mark.long
