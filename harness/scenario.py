@@ -69,7 +69,11 @@ class Comparison:
     """The distributed run against its baseline, tensor for tensor."""
 
     max_diff: float = 0.0  # the largest absolute gradient difference seen
-    checked: int = 0  # gradient tensors compared
+    checked: int = 0  # gradient tensors compared (present in the run and in the baseline)
+    # Gradient tensors the baseline has: a comparison covers every one, so a
+    # run is not ok with fewer compared (tensors missing from the run, or a
+    # judge that skipped some).
+    expected: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -354,8 +358,8 @@ class ScenarioReport:
     """One scenario run: the world, its baseline, and how they compare.
 
     ``ok`` is true only when the world met the scenario's contract (under the
-    fault plan, if any), every compared tensor matched the baseline and the
-    outcome check passed. ``replay`` is the command that runs it again,
+    fault plan, if any), every gradient tensor the baseline has was compared
+    and matched, and the outcome check passed. ``replay`` is the command that runs it again,
     ``python_replay`` the same as a Python call.
     """
 
@@ -369,6 +373,7 @@ class ScenarioReport:
     baseline_history: list[float] = field(default_factory=list)  # the same, baseline
     max_grad_diff: float = 0.0
     grads_checked: int = 0  # how many gradient tensors were compared
+    grads_expected: int = 0  # how many the baseline has (every one must be compared)
     mismatches: list[Mismatch] = field(default_factory=list)
     outcome_ok: bool = True
     outcome_note: str = ""
@@ -382,7 +387,12 @@ class ScenarioReport:
 
     @property
     def ok(self) -> bool:
-        return self.contract_ok and self.outcome_ok and not self.mismatches
+        return self.contract_ok and self.outcome_ok and not self.mismatches and self.grads_covered
+
+    @property
+    def grads_covered(self) -> bool:
+        """Whether every gradient tensor the baseline has was compared."""
+        return self.grads_checked >= self.grads_expected
 
     def problems(self) -> list[str]:
         """Why this run is not ok, one line each (mismatches cut off after ten)."""
@@ -391,6 +401,9 @@ class ScenarioReport:
             out.append(f"contract: {self.contract_note}")
         if not self.outcome_ok:
             out.append(f"outcome: {self.outcome_note}")
+        if not self.grads_covered:
+            out.append(f"gradients: compared {self.grads_checked} of the {self.grads_expected} tensors the "
+                       "baseline has")
         out += [str(m) for m in self.mismatches[:MISMATCHES_SHOWN]]
         if len(self.mismatches) > MISMATCHES_SHOWN:
             out.append(f"... and {len(self.mismatches) - MISMATCHES_SHOWN} more mismatches")
@@ -477,6 +490,7 @@ def judge(scenario: Scenario, world: WorldResult, config: Any) -> ScenarioReport
     expected = scenario.baseline(config, world.world_size, world.seed, records)
     comparison = scenario.compare(records, expected, config, world.seed)
     report.max_grad_diff, report.grads_checked = comparison.max_diff, comparison.checked
+    report.grads_expected = comparison.expected
     report.mismatches = comparison.mismatches
     report.details.update(comparison.details)
     outcome = scenario.outcome(records, expected, config)
@@ -513,6 +527,7 @@ def summary(report: ScenarioReport) -> dict[str, Any]:
         "scenario": report.scenario, "world_size": report.world_size, "seed": report.seed,
         "steps": report.steps, "metric_name": report.metric_name, "metric": report.metric,
         "max_grad_diff": report.max_grad_diff, "grads_checked": report.grads_checked,
+        "grads_expected": report.grads_expected,
         "duration": report.duration, "ok": report.ok, "contract_ok": report.contract_ok,
         "contract_note": report.contract_note, "outcome_ok": report.outcome_ok,
         "outcome_note": report.outcome_note, "problems": report.problems(),

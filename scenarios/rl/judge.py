@@ -58,6 +58,7 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
                                       seed=seed, rtol=config.rtol, atol=config.atol)
         result.max_diff = max(result.max_diff, diff)
         result.checked += len(set(a) & set(e))
+        result.expected += len(e)
         result.mismatches += found
         exact = exact and set(a) == set(e) and all(torch.equal(a[k], e[k]) for k in a)
     schedule = ", ".join(f"{n} from episode {e}" for n, e in sorted(actual.dropped.items()))

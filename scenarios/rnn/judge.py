@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from harness import WorldResult
+from harness.gradcheck import Mismatch
 from harness.gradcheck import compare as compare_tensors
 from harness.result import KILLED, OK, RAISED
 from harness.scenario import Comparison, Outcome, Verdict
@@ -80,9 +81,12 @@ WHAT = {"grads": "gradient", "params": "parameter after the optimizer step"}
 def compare(actual: Records, expected: Records, config: Config, seed: int) -> Comparison:
     """Every step of every trainer that finished: each owner's gradients, its
     parameters after the step, and the loss. A run of another length than
-    the baseline's is a mismatch too."""
+    the baseline's is a mismatch too. Which owners a step has is read from
+    both sides, and what the baseline has is counted on its own: a tensor
+    of the baseline that was never compared fails the comparison."""
     result = Comparison()
-    counts = {"grads": 0, "params": 0}
+    counts = {"grads": 0, "params": 0}  # compared: in the run and in the baseline
+    has = {"grads": 0, "params": 0}  # in the baseline
     worst = {"grads": 0.0, "params": 0.0}
 
     def check(a: dict, e: dict, *, step: Any, rank: str, what: str) -> float:
@@ -96,6 +100,9 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
         if len(steps) != len(want):
             check({"steps": torch.tensor(len(steps))}, {"steps": torch.tensor(len(want))},
                   step="all", rank=trainer, what="number of steps")
+        for base in want:
+            for kind in has:
+                has[kind] += len(base[kind])
         for i, (step, base) in enumerate(zip(steps, want, strict=False)):
             label = _step_label(trainer, i, len(actual))
             for kind in ("grads", "params"):
@@ -104,12 +111,19 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
                     mine = {k: v for k, v in step[kind].items() if k.startswith(owner + "/")}
                     theirs = {k: v for k, v in base[kind].items() if k.startswith(owner + "/")}
                     worst[kind] = max(worst[kind], check(mine, theirs, step=label, rank=owner, what=WHAT[kind]))
-                counts[kind] += len(step[kind])
+                    counts[kind] += len(set(mine) & set(theirs))
             check({"loss": step["loss"]}, {"loss": base["loss"]}, step=label, rank=trainer, what="loss")
-    result.max_diff, result.checked = worst["grads"], counts["grads"]
+    if counts["params"] < has["params"]:
+        # Gradients' coverage is the report's to judge (Comparison.expected); parameters' is this judge's.
+        result.mismatches.append(Mismatch(
+            NAME, "all", ", ".join(sorted(actual)), f"{has['params'] - counts['params']} of the "
+            f"{has['params']} parameter tensors the baseline has (never compared)", float("inf"),
+            float("inf"), config.atol, config.rtol, seed, WHAT["params"]))
+    result.max_diff, result.checked, result.expected = worst["grads"], counts["grads"], has["grads"]
     result.details = {
         "max_param_diff": worst["params"],
         "params_checked": counts["params"],
+        "params_expected": has["params"],
         "tensors": sorted({name for r in actual.values() for s in r["steps"] for name in s["grads"]}),
     }
     return result
