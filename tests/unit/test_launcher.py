@@ -103,14 +103,17 @@ def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_p
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone_pid = int(dead.stdout)
     folders = {name: tmp_path / name for name in
-               ("rpc-world-dead", "pymp-dead", "pymp-alive", "pymp-unstamped", "rpc-world-unstamped", "other-dead")}
+               ("rpc-world-dead", "pymp-dead", "pymp-alive", "pymp-unstamped", "rpc-world-unstamped", "other-dead",
+                "rpc-world-reused")}
     for folder in folders.values():
         folder.mkdir()
     for name in ("rpc-world-dead", "pymp-dead", "other-dead"):
         (folders[name] / "owner").write_text(f"{gone_pid} 12345\n")
     _workdirs.stamp(str(folders["pymp-alive"]))
+    # Its owner's pid now belongs to another process (this one): the start time tells them apart.
+    (folders["rpc-world-reused"] / "owner").write_text(f"{os.getpid()} 1\n")
     removed = _workdirs.sweep(str(tmp_path))
-    assert sorted(map(os.path.basename, removed)) == ["pymp-dead", "rpc-world-dead"]
+    assert sorted(map(os.path.basename, removed)) == ["pymp-dead", "rpc-world-dead", "rpc-world-reused"]
     assert sorted(os.listdir(tmp_path)) == ["other-dead", "pymp-alive", "pymp-unstamped", "rpc-world-unstamped"]
 
 

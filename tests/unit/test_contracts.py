@@ -1,0 +1,129 @@
+"""Each scenario's fault contract on hand-made worlds: the verdicts that say
+a world did NOT behave as its plan allows. (The world tests show the
+contracts holding; these show that each clause can fail.)"""
+
+from __future__ import annotations
+
+import harness
+from harness.events import FaultFired
+from harness.result import KILLED, OK, RAISED
+from scenarios import parameter_server as ps
+from scenarios import rl, rnn
+
+
+def outcome(rank, name, status=OK, error=None, events=()):
+    return harness.RankOutcome(rank, name, status=status, error=error, events=list(events))
+
+
+def world(names, ranks, faults="", deadline=60.0):
+    return harness.WorldResult(names=tuple(names), seed=0, faults=harness.FaultPlan.parse(faults),
+                               deadline=deadline, ranks=ranks)
+
+
+# -- rl: a dead observer is dropped, and only a dead one --------------------------------------
+
+
+def rl_records(dropped):
+    episode = rl.Episode(1, ("observer1",), {"observer1": 10.0}, 10.0, 10.0, 0.0, {})
+    return rl.Records([episode], dict(dropped), 475.0)
+
+
+def test_rl_a_killed_observer_that_the_agent_kept_breaks_the_contract():
+    names = rl.names(3)
+    killed = world(names, [outcome(0, "agent"), outcome(1, "observer1"), outcome(2, "observer2", KILLED)],
+                   faults="kill:observer2@observer.step#5")
+    verdict = rl.judge.contract(killed, rl_records({}), rl.Config())
+    assert not verdict.ok and "killed observers ['observer2'] but the agent dropped []" in verdict.note
+    assert rl.judge.contract(killed, rl_records({"observer2": 1}), rl.Config()).ok
+
+
+def test_rl_a_live_observer_that_the_agent_dropped_breaks_the_contract():
+    names = rl.names(3)
+    alive = world(names, [outcome(0, "agent"), outcome(1, "observer1"), outcome(2, "observer2")])
+    verdict = rl.judge.contract(alive, rl_records({"observer1": 2}), rl.Config())
+    assert not verdict.ok and "killed observers [] but the agent dropped ['observer1']" in verdict.note
+
+
+# -- rnn: a killed server is named, fast, by a trainer that raised -----------------------------
+
+
+def rnn_server_killed(raise_after, error, deadline=60.0):
+    names = rnn.names(3)  # ps0, ps1, trainer
+    kill = FaultFired(100.0, 1, "kill:ps1@ps.forward#3", "kill", "ps.forward", 3).as_event()
+    raised = {"t": 100.0 + raise_after, "rank": 2, "kind": "raised", "error": error}
+    ranks = [outcome(0, "ps0"), outcome(1, "ps1", KILLED, events=[kill]),
+             outcome(2, "trainer", RAISED, error=error, events=[raised])]
+    return world(names, ranks, faults="kill:ps1@ps.forward#3", deadline=deadline)
+
+
+def test_rnn_a_killed_server_named_at_once_meets_the_contract():
+    verdict = rnn.judge.contract(rnn_server_killed(0.02, "RuntimeError: parameter server 'ps1' died: eof"), None,
+                                 rnn.Config())
+    assert verdict.ok and verdict.details["killed_servers"] == ["ps1"]
+
+
+def test_rnn_a_killed_server_named_late_breaks_the_contract():
+    late = 60.0 * rnn.config.FAIL_FAST_SHARE + 1
+    verdict = rnn.judge.contract(rnn_server_killed(late, "RuntimeError: parameter server 'ps1' died: eof"), None,
+                                 rnn.Config())
+    assert not verdict.ok and "not fail-fast" in verdict.note
+
+
+def test_rnn_a_trainer_that_fails_without_naming_the_killed_server_breaks_the_contract():
+    verdict = rnn.judge.contract(rnn_server_killed(0.02, "RuntimeError: eof"), None, rnn.Config())
+    assert not verdict.ok and "expected a trainer raising 'parameter server 'ps1' died'" in verdict.note
+
+
+def test_rnn_a_killed_server_that_nobody_reported_breaks_the_contract():
+    names = rnn.names(3)
+    kill = FaultFired(100.0, 1, "kill:ps1@ps.forward#3", "kill", "ps.forward", 3).as_event()
+    quiet = world(names, [outcome(0, "ps0"), outcome(1, "ps1", KILLED, events=[kill]), outcome(2, "trainer")],
+                  faults="kill:ps1@ps.forward#3")
+    verdict = rnn.judge.contract(quiet, None, rnn.Config())
+    assert not verdict.ok and "was killed but no trainer reported it" in verdict.note
+
+
+# -- ps: a serial, complete log, reaping only the killed -------------------------------------
+
+
+def ps_world(statuses):
+    names = ps.names(len(statuses))
+    return world(names, [outcome(rank, name, status) for rank, (name, status) in enumerate(zip(names, statuses,
+                                                                                                  strict=True))])
+
+
+def ps_records(steps, dead=()):
+    log = {"steps": [{"index": k, "version": version, "trainer": trainer, "batch": batch, "loss": 1.0, "grads": {}}
+                     for k, (trainer, batch, version) in enumerate(steps)], "dead": list(dead), "dropped": []}
+    return ps.judge.Records(log, {})
+
+
+SERIAL = [("trainer1", 0, 0), ("trainer2", 0, 1), ("trainer1", 1, 2), ("trainer2", 1, 3)]
+
+
+def test_ps_a_serial_complete_log_meets_the_contract():
+    assert ps.judge.log_problems(ps_world([OK, OK, OK]), ps_records(SERIAL), ps.Config(batches=2)) == []
+
+
+def test_ps_overlapping_steps_break_the_contract():
+    overlapped = [*SERIAL[:2], ("trainer1", 1, 1), ("trainer2", 1, 3)]
+    problems = ps.judge.log_problems(ps_world([OK, OK, OK]), ps_records(overlapped), ps.Config(batches=2))
+    assert problems == ["step 2 (trainer1 batch 1) began at parameter version 1 but was applied at version 2: "
+                        "steps overlapped"]
+
+
+def test_ps_batches_applied_out_of_order_or_missing_break_the_contract():
+    swapped = [("trainer1", 1, 0), ("trainer2", 0, 1), ("trainer1", 0, 2), ("trainer2", 1, 3)]
+    problems = ps.judge.log_problems(ps_world([OK, OK, OK]), ps_records(swapped), ps.Config(batches=2))
+    assert problems == ["trainer1's applied batches are out of order: [1, 0]"]
+    short = ps.judge.log_problems(ps_world([OK, OK, OK]), ps_records(SERIAL[:3]), ps.Config(batches=2))
+    assert short == ["trainer2 finished but only 1 of 2 batches were applied"]
+
+
+def test_ps_a_trainer_reaped_that_the_plan_did_not_kill_breaks_the_contract():
+    problems = ps.judge.log_problems(ps_world([OK, OK, OK]), ps_records(SERIAL, dead=["trainer2"]),
+                                     ps.Config(batches=2))
+    assert problems == ["the server reaped ['trainer2'], which the plan did not kill"]
+    killed = [("trainer1", 0, 0), ("trainer1", 1, 1)]  # trainer2 killed before its first step was applied
+    assert ps.judge.log_problems(ps_world([OK, OK, KILLED]), ps_records(killed, dead=["trainer2"]),
+                                 ps.Config(batches=2)) == []
