@@ -11,6 +11,10 @@ import torch.distributed.rpc as rpc
 
 import harness
 
+# Where this module was imported: in the forkserver (which preloads it, as
+# the ini's rpc_preload asks), or in a rank that had to import it itself.
+IMPORTED_IN = os.getpid()
+
 
 def add(a, b):
     return a + b
@@ -347,6 +351,81 @@ def cleanup_retried_after_its_peer_died(ctx, tries=2):
     while tries not in logged() and time.monotonic() < until:
         time.sleep(0.05)
     return logged()
+
+
+# -- when a call: failpoint strikes (tests/world/test_guards.py) -------------------------
+
+
+def record_line(path, text):
+    """A call whose effect a test can see: one line appended to ``path``."""
+    with open(path, "a") as file:
+        file.write(text + "\n")
+
+
+class LineRecorder:
+    """The same effect behind a callable object: a ``call:`` failpoint on
+    it replaces the attribute (there is no ``__code__`` to swap)."""
+
+    def __call__(self, path, text):
+        with open(path, "a") as file:
+            file.write(text + "\n")
+
+
+line_recorder = LineRecorder()
+
+
+def records_lines(ctx, path, calls, target="record_line"):
+    """Rank 0 calls ``target`` (a name in this module) ``calls`` times with
+    the lines 1.., going on after an InjectedFault; returns the calls that
+    raised one."""
+    if ctx.rank != 0:
+        return None
+    raised = []
+    for i in range(1, calls + 1):
+        try:
+            globals()[target](path, str(i))
+        except harness.InjectedFault:
+            raised.append(i)
+    return raised
+
+
+def serves_lines(ctx, path, calls):
+    """Rank 0 asks rank 1 to run ``record_line`` ``calls`` times with the
+    lines 1.., going on after a failed call; returns the calls that failed."""
+    if ctx.rank != 0:
+        return None
+    failed = []
+    for i in range(1, calls + 1):
+        try:
+            rpc.rpc_sync(ctx.names[1], record_line, args=(path, str(i)))
+        except Exception:  # noqa: BLE001 - the peer's InjectedFault, as torch re-raises it
+            failed.append(i)
+    return failed
+
+
+# -- setup that makes a world slow to come up ------------------------------------------
+
+SLOW_START = 5.0  # seconds every rank's setup takes before it joins
+
+
+def slow_start():
+    time.sleep(SLOW_START)
+
+
+def returns_at_once(ctx):
+    return ctx.rank
+
+
+# -- preloading --------------------------------------------------------------------------
+
+
+def where_imported(ctx, modules):
+    """For each module: whether this rank inherited it from the forkserver
+    (imported there, before the rank was forked) or imported it itself."""
+    import sys
+
+    return {name: {"imported_in": getattr(sys.modules.get(name), "IMPORTED_IN", None), "forkserver": os.getppid(),
+                   "rank": os.getpid()} for name in modules}
 
 
 def listen_backlogs(ctx):

@@ -170,6 +170,31 @@ def test_an_entry_given_by_name_runs():
     assert result.values == [0, 1]
 
 
+def test_a_worlds_folder_is_removed_whatever_way_the_world_ends(monkeypatch, short_tmp):
+    import tempfile
+    from multiprocessing import util
+
+    util.get_temp_dir()  # multiprocessing's own folder (the forkserver's socket) stays where it is
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))  # where world folders are made
+
+    def left():
+        return sorted(p.name for p in short_tmp.glob("rpc-world-*"))
+
+    def interrupting(update):
+        raise KeyboardInterrupt
+
+    assert harness.run_world(worlds.identity, world_size=2).ok and left() == []
+    with pytest.raises(WorldFailed):
+        harness.run_world(worlds.rank2_raises, world_size=3)
+    assert left() == []
+    with pytest.raises(WorldTimeout):
+        harness.run_world(worlds.hang_at_step, world_size=2, faults="hang:worker1@test.step", deadline=1)
+    assert left() == []
+    with pytest.raises(KeyboardInterrupt):
+        harness.run_world(worlds.identity, world_size=2, on_progress=interrupting)
+    assert left() == []
+
+
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss to read a listener's backlog")
 def test_every_listener_of_a_rank_takes_the_full_backlog_its_namespace_allows():
     # TensorPipe's listener asks for 128 (a 256-rank world's init_rpc opens
