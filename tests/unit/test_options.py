@@ -7,7 +7,7 @@ import inspect
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import harness
@@ -125,3 +125,168 @@ def test_every_option_given_to_the_fixture_reaches_the_world(rpc_world, monkeypa
             rpc_world.spawn("programs.echo:run_worker", args=(2,), nprocs=2, **SAMPLES)
     expected = O.WorldOptions.from_values(SAMPLES, where="test")
     assert launched[0].options == expected
+
+
+# -- every numeric option, at its edges, through every door it has ------------------------
+#
+# The rule (README): budgets are seconds, finite, above 0 and at most a week;
+# fuzz is 0..1 seconds; a seed is a whole number 0..2**63-1. Whatever the
+# door, a value is accepted exactly when the rule says so, and comes through
+# unchanged. (The marker, pytest flag and ini doors are tested in pytest
+# sessions: tests/world/test_plugin.py.)
+
+NUMERIC = tuple(name for name, spec in O.DECLARED.items() if spec.parse in (O.parse_number, O.parse_whole))
+EDGES = (0, -1, -0.0, 1e-9, 0.5, 1, 1.0, 1.0000001, math.inf, -math.inf, math.nan, O.MAX_SECONDS,
+         O.MAX_SECONDS + 1, 2**63 - 1, 2**63, -(2**63))
+
+
+def test_the_numeric_options_are_the_ones_the_rule_covers():
+    assert set(NUMERIC) == {"seed", "deadline", "bringup", "rpc_timeout", "fuzz"}
+
+
+def follows_the_rule(name, value):
+    if isinstance(value, bool):
+        return False
+    if name == "seed":
+        return isinstance(value, int) and 0 <= value <= 2**63 - 1
+    if not math.isfinite(value):
+        return False
+    if name == "fuzz":
+        return 0 <= value <= O.MAX_FUZZ
+    return 0 < value <= O.MAX_SECONDS
+
+
+def as_text(value):
+    return str(value) if isinstance(value, int) else repr(value)
+
+
+def door_argument(name, value):
+    return getattr(O.WorldOptions.from_values({name: value}, where="run_world()"), name)
+
+
+def door_text(name, value):
+    """A pytest flag's or ini key's text, as the plugin reads it."""
+    spec = O.DECLARED[name]
+    return spec.read(as_text(value), spec.flag or f"--{name}")
+
+
+def door_command_line(name, value):
+    """An rpc-harness run flag, parsed by the command's own parser."""
+    from rpc_harness.cli import _parser
+
+    flag = O.DECLARED[name].command_line
+    try:
+        args = _parser().parse_args(["run", "ps", f"{flag}={as_text(value)}"])
+    except SystemExit:
+        raise harness.WorldSpecError(f"{flag} refused {value!r}") from None
+    return getattr(args, name)
+
+
+def door_token(name, value):
+    """A replay token's field, as rpc-harness replay decodes it."""
+    import base64
+    import json
+    import zlib
+
+    from harness.errors import ReplayError
+
+    field = O.DECLARED[name].token
+    data = {"n": 2, "seed": 1, "e": "m:f", field: value}
+    raw = json.dumps(data).encode()
+    try:
+        repro = decode("rpch1_" + base64.urlsafe_b64encode(zlib.compress(raw)).decode().rstrip("="))
+    except ReplayError as error:
+        raise harness.WorldSpecError(str(error)) from None
+    return repro.seed if name == "seed" else repro.options.get(name, O.WorldOptions.__dataclass_fields__[name].default)
+
+
+class SessionConfig:
+    """What the plugin reads a session's settings from: the command line's
+    options and the ini file's keys."""
+
+    def __init__(self, options=None, ini=None):
+        self.options, self.ini = options or {}, ini or {}
+
+    def getoption(self, dest):
+        return self.options.get(dest)
+
+    def getini(self, key):
+        return self.ini.get(key)
+
+
+def door_session(name, value, where):
+    """A pytest flag (``where="options"``) or ini key (``"ini"``), as the
+    plugin reads them at start-up (a bad one is a usage error)."""
+    from harness.pytest_plugin import _session_values
+
+    key = O.DECLARED[name].ini
+    config = SessionConfig(**{where: {key: as_text(value)}})
+    try:
+        return _session_values(config)[name][0]
+    except pytest.UsageError as error:
+        raise harness.WorldSpecError(str(error)) from None
+
+
+DOORS = {
+    "argument": (door_argument, lambda spec: True),
+    "pytest_flag": (lambda name, value: door_session(name, value, "options"), lambda spec: spec.flag is not None),
+    "ini": (lambda name, value: door_session(name, value, "ini"), lambda spec: spec.flag is not None),
+    "text": (door_text, lambda spec: spec.flag is not None or spec.command_line is not None),
+    "command_line": (door_command_line, lambda spec: spec.command_line is not None),
+    "token": (door_token, lambda spec: spec.token is not None),
+}
+CASES = [(door, name) for door, (_, has) in DOORS.items() for name in NUMERIC if has(O.DECLARED[name])]
+
+
+def through(door, name, value):
+    """(accepted, value that came through) for ``value`` at ``door``."""
+    try:
+        return True, DOORS[door][0](name, value)
+    except harness.WorldSpecError:
+        return False, None
+
+
+@pytest.mark.parametrize(("door", "name"), CASES, ids=[f"{d}-{n}" for d, n in CASES])
+def test_every_numeric_option_is_refused_or_accepted_at_its_edges_as_the_rule_says(door, name):
+    for value in EDGES:
+        accepted, came = through(door, name, value)
+        assert accepted == follows_the_rule(name, value), f"{door} {name}={value!r}"
+        if accepted:
+            assert came == value and type(came) is (int if name == "seed" else float), f"{door} {name}={value!r}"
+
+
+@pytest.mark.parametrize(("door", "name"), CASES, ids=[f"{d}-{n}" for d, n in CASES])
+@settings(max_examples=25)
+@given(value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**64), 2**64)))
+def test_any_number_is_accepted_exactly_when_the_rule_says(door, name, value):
+    accepted, came = through(door, name, value)
+    assert accepted == follows_the_rule(name, value)
+    if accepted:
+        assert came == value
+
+
+@pytest.mark.parametrize("name", [n for n in NUMERIC if n != "seed"])
+def test_a_refused_value_names_the_door_it_came_through(name):
+    spec = O.DECLARED[name]
+    with pytest.raises(harness.WorldSpecError, match=r"^run_world\(\): invalid .* inf"):
+        door_argument(name, math.inf)
+    if spec.flag:
+        with pytest.raises(harness.WorldSpecError, match=rf"^{spec.flag}: invalid .* 'nan'"):
+            door_text(name, math.nan)
+    if spec.token:
+        with pytest.raises(harness.WorldSpecError, match=rf"repro token field '{spec.token}': invalid .* nan"):
+            door_token(name, math.nan)
+
+
+@pytest.mark.parametrize(("where", "key"), [("options", "rpc_seed"), ("ini", "rpc_seed")])
+def test_the_session_seed_takes_zero_to_two_to_the_63_minus_one_through_the_flag_and_the_ini(where, key):
+    from harness.pytest_plugin import _session_seed
+
+    for text, ok in (("0", True), (str(2**63 - 1), True), ("-1", False), (str(2**63), False), ("nan", False),
+                     ("inf", False), ("1.5", False), ("0x10", True)):
+        config = SessionConfig(**{where: {key: text}})
+        if ok:
+            assert _session_seed(config) == int(text, 0)
+        else:
+            with pytest.raises(pytest.UsageError, match="invalid seed"):
+                _session_seed(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -411,3 +412,104 @@ def test_marker(rpc_world):
     assert "SCHEDULE controlled (pct:3) True" in result.stdout.str()
     result = run(pytester, "--rpc-schedule=sometimes")
     assert result.ret != 0 and "--rpc-schedule: invalid schedule 'sometimes'" in result.stderr.str() + result.stdout.str()
+
+
+# -- numeric options at their edges through the marker, the pytest flags and the ini --------
+
+WEEK = 7 * 24 * 3600
+BUDGETS = {"deadline": ("--rpc-deadline", "deadline"), "bringup": ("--rpc-bringup", "bring-up budget"),
+           "rpc_timeout": ("--rpc-call-timeout", "rpc_timeout"), "fuzz": ("--rpc-fuzz", "fuzz")}
+OPTIONS_SEEN = """
+import torch.distributed.rpc as rpc
+
+def options_seen(ctx):
+    return {"deadline": ctx.deadline, "rpc_timeout": rpc.get_rpc_timeout(), "fuzz": ctx.fuzz}
+
+def test_largest(rpc_world):
+    result = rpc_world.run(options_seen, world_size=2)
+    assert (result.deadline, result.bringup) == (604800.0, 604800.0)
+    assert result.values[0] == {"deadline": 604800.0, "rpc_timeout": 604800.0, "fuzz": FUZZ}
+"""
+
+
+@pytest.mark.parametrize("option", sorted(BUDGETS))
+@pytest.mark.parametrize("door", ["flag", "ini"])
+def test_a_budget_or_fuzz_out_of_range_at_the_flag_or_the_ini_is_a_usage_error_at_start_up(pytester, option, door):
+    flag, what = BUDGETS[option]
+    bad = {"deadline": "inf", "bringup": "nan", "rpc_timeout": "0", "fuzz": "1.5"}[option]
+    pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
+    if door == "flag":
+        result, where = run(pytester, f"{flag}={bad}"), flag
+    else:
+        pytester.makeini(f"[pytest]\n{flag[2:].replace('-', '_')} = {bad}\n")
+        result, where = run(pytester), f"ini {flag[2:].replace('-', '_')}"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"{where}: invalid {what} '{bad}'" in result.stderr.str() + result.stdout.str()
+    assert "test_ok" not in result.stdout.str(), "no test ran"
+
+
+@pytest.mark.parametrize("door", ["flag", "ini"])
+def test_the_largest_budgets_at_the_flags_or_the_ini_reach_the_world(pytester, door):
+    # fuzz stays 0 here: at its largest every send waits up to a second.
+    largest = {"deadline": WEEK, "bringup": WEEK, "rpc_timeout": WEEK}
+    pytester.makepyfile(OPTIONS_SEEN.replace("FUZZ", "0.0"))
+    if door == "flag":
+        result = run(pytester, *(f"{BUDGETS[o][0]}={v}" for o, v in largest.items()))
+    else:
+        pytester.makeini("[pytest]\n" + "".join(f"{BUDGETS[o][0][2:].replace('-', '_')} = {v}\n"
+                                                for o, v in largest.items()))
+        result = run(pytester)
+    result.assert_outcomes(passed=1)
+
+
+MARKED = """
+import math
+import pytest
+
+{tests}
+"""
+
+
+def test_every_numeric_option_of_the_marker_is_checked_at_its_edges(pytester):
+    cases = [("deadline", v) for v in ("math.inf", "math.nan", "0", "-1", "604801")]
+    cases += [("bringup", v) for v in ("math.inf", "-0.5")] + [("rpc_timeout", v) for v in ("math.nan", "0")]
+    cases += [("fuzz", v) for v in ("-0.1", "1.5", "math.inf")] + [("seed", v) for v in ("-1", "2**63", "1.5")]
+    tests = "".join(f"\n@pytest.mark.rpc_world(world_size=2, {option}={value})\ndef test_bad_{i}(rpc_world):\n"
+                    "    rpc_world.run(ok)\n" for i, (option, value) in enumerate(cases))
+    tests += ("\n@pytest.mark.rpc_world(world_size=2, deadline=604800, bringup=604800, rpc_timeout=604800, "
+              "seed=2**63 - 1)\ndef test_largest_marked(rpc_world):\n    result = rpc_world.run(options_seen)\n"
+              "    assert (result.deadline, result.bringup, result.seed) == (604800.0, 604800.0, 2**63 - 1)\n"
+              "    assert result.values[0]['rpc_timeout'] == 604800.0\n")
+    pytester.makepyfile(ENTRIES + OPTIONS_SEEN.split("def test_largest")[0] + MARKED.format(tests=tests))
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=len(cases))
+    out = result.stdout.str()
+    for i, (option, value) in enumerate(cases):
+        what = {"bringup": "bring-up budget"}.get(option, option)
+        shown = repr(eval(value, {"math": math}))  # noqa: S307 - the test's own literals
+        assert re.search(rf"test_bad_{i}\b.*\n(.*\n)*?.*invalid {re.escape(what)} {re.escape(shown)}", out), (option, value)
+    assert out.count("from marker rpc_world") >= len(cases)
+
+
+PRECEDENCE = """
+import pytest
+import torch.distributed.rpc as rpc
+
+def seen(ctx):
+    return rpc.get_rpc_timeout()
+
+@pytest.mark.rpc_world(world_size=2, deadline=201, rpc_timeout=202)
+def test_marked(rpc_world):
+    result = rpc_world.run(seen, deadline=101)
+    assert (result.deadline, result.values[0], result.bringup) == (101, 202, 403)  # call, marker, flag
+
+def test_unmarked(rpc_world):
+    result = rpc_world.run(seen, world_size=2)
+    assert (result.deadline, result.values[0], result.bringup) == (301, 402, 403)  # ini, flag, flag
+"""
+
+
+def test_a_worlds_options_come_from_the_call_then_the_marker_then_the_flags_then_the_ini(pytester):
+    pytester.makeini("[pytest]\nrpc_deadline = 301\nrpc_call_timeout = 302\nrpc_bringup = 303\n")
+    pytester.makepyfile(PRECEDENCE)
+    run(pytester, "--rpc-bringup=403", "--rpc-call-timeout=402").assert_outcomes(passed=2)
