@@ -102,7 +102,8 @@ def test_4_outside_pytest_preload_and_the_environment_variable_reach_the_forkser
                     for name in modules}
     """))
     (tmp_path / "script.py").write_text(SCRIPT)
-    env = dict(os.environ, RPC_HARNESS_PRELOAD="by_env", TMPDIR=str(short_tmp), PYTHONPATH=str(tmp_path))
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = dict(os.environ, RPC_HARNESS_PRELOAD="by_env", TMPDIR=str(short_tmp), PYTHONPATH=path)
     done = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
