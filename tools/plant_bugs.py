@@ -338,6 +338,23 @@ BUGS = (
         '    if config.getini(_dest(flag)):\n        return config.getini(_dest(flag)), f"ini {_dest(flag)}"\n'
         "    raw = config.getoption(_dest(flag))\n    if raw is not None:\n        return raw, flag\n",
         (PLUGIN + "test_a_worlds_options_come_from_the_call_then_the_marker_then_the_flags_then_the_ini",)),
+    Bug("ranks do not die with their supervisor", "harness/rank_setup.py",
+        "    try:\n        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)\n",
+        "    return\n    try:\n        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)\n",
+        (PLUGIN + "test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_folder",)),
+    Bug("every rank takes every core", "harness/rank_setup.py",
+        "return max(len(os.sched_getaffinity(0)) // world_size, 1)", "return max(len(os.sched_getaffinity(0)), 1)",
+        ("tests/world/test_launcher.py::test_ranks_share_the_cores_out_unless_the_env_says_otherwise",)),
+    Bug("message faults refused from 33 ranks, not 34", "harness/spec.py",
+        "len(resolved_names) > MAX_FAULTY_WORLD_SIZE", "len(resolved_names) >= MAX_FAULTY_WORLD_SIZE",
+        ("tests/unit/test_launcher.py::test_message_faults_are_refused_past_33_ranks_before_any_process_starts",)),
+    Bug("3 a broken connection counts as a timed-out ping", "scenarios/_rpc.py",
+        "            if outcome == FAILED:\n                return True\n",
+        "            if outcome == FAILED:\n                outcome = TIMED_OUT\n",
+        (UG + "test_3_a_broken_connection_is_death_at_once",)),
+    Bug("3 a call from the peer does not reset its missed pings", "scenarios/_rpc.py",
+        "            self._misses[peer] = 0\n", "            pass\n",
+        (UG + "test_3_an_answer_or_a_call_from_the_peer_starts_the_count_again",)),
 )
 
 

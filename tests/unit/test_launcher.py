@@ -93,6 +93,17 @@ def test_message_faults_are_refused_past_33_ranks_before_any_process_starts(monk
     with pytest.raises(WorldSpecError, match="message faults and schedule fuzzing work in worlds of at most 33 ranks"):
         harness.run_world(worlds.ring, world_size=34, fuzz=0.001)
 
+    class Launched(Exception):
+        pass
+
+    def launched(spec, **options):
+        raise Launched(spec.world_size)
+
+    monkeypatch.setattr(harness._launcher, "launch", launched)
+    for plan, fuzz in (("msgfail:worker0@RREF_USER_DELETE=1", None), (None, 0.001)):
+        with pytest.raises(Launched):  # 33 is allowed
+            harness.run_world(worlds.ring, world_size=33, faults=plan, fuzz=fuzz)
+
 
 def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_path):
     import subprocess
