@@ -375,9 +375,11 @@ def check_imports(repo: Path, python: str) -> None:
     print(f"imports from the copy: {', '.join(out)}")
 
 
-def run_tests(repo: Path, python: str, tests: tuple[str, ...], timeout: float) -> tuple[str, float]:
-    """(outcome, seconds): 'passed', 'failed', 'timeout' or 'error (exit N)'."""
-    command = [python, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", *tests]
+def run_tests(repo: Path, python: str, tests: tuple[str, ...], timeout: float,
+              show: bool = False) -> tuple[str, float]:
+    """(outcome, seconds): 'passed', 'failed', 'timeout' or 'error (exit N)';
+    with ``show``, the failures' summary lines are printed (how a bug was caught)."""
+    command = [python, "-m", "pytest", "-q", "-rf", "-p", "no:randomly", "-p", "no:cacheprovider", *tests]
     started = time.monotonic()
     # A session of its own, so that a timeout ends pytest and every rank it started.
     proc = subprocess.Popen(command, cwd=repo, env=environment(repo), stdout=subprocess.PIPE,
@@ -392,12 +394,16 @@ def run_tests(repo: Path, python: str, tests: tuple[str, ...], timeout: float) -
     if proc.returncode == 0:
         return "passed", took
     if proc.returncode == 1:
+        if show:
+            for line in out.splitlines():
+                if line.startswith("FAILED "):
+                    print(f"      {line[:400]}")
         return "failed", took
     print(out[-3000:])
     return f"error (exit {proc.returncode})", took
 
 
-def plant(repo: Path, bug: Bug, python: str, timeout: float) -> tuple[str, float]:
+def plant(repo: Path, bug: Bug, python: str, timeout: float, show: bool = False) -> tuple[str, float]:
     path = repo / bug.file
     text = path.read_text()
     count = text.count(bug.original)
@@ -406,7 +412,7 @@ def plant(repo: Path, bug: Bug, python: str, timeout: float) -> tuple[str, float
                          "refusing to plant it (update the snippet)")
     try:
         path.write_text(text.replace(bug.original, bug.replacement))
-        return run_tests(repo, python, bug.tests, timeout)
+        return run_tests(repo, python, bug.tests, timeout, show)
     finally:
         path.write_text(text)
 
@@ -419,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="plant only bugs whose name contains this")
     parser.add_argument("--skip-baseline", action="store_true", help="do not first run the tests unplanted")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs pytest")
+    parser.add_argument("--show", action="store_true", help="print how each caught bug failed its tests")
     args = parser.parse_args(argv)
     repo = args.repo.resolve()
     bugs = [b for b in BUGS if not args.only or any(part in b.name for part in args.only)]
@@ -437,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     rows = []
     for bug in bugs:
-        outcome, took = plant(repo, bug, args.python, args.timeout)
+        outcome, took = plant(repo, bug, args.python, args.timeout, args.show)
         rows.append((bug.name, ", ".join(t.rsplit("::", 1)[-1] for t in bug.tests),
                      "yes" if outcome == "failed" else f"NO ({outcome})", f"{took:.0f}s"))
         print(f"  {bug.name}: {rows[-1][2]} ({took:.0f}s)", flush=True)
