@@ -10,6 +10,7 @@ cannot collide. ``_supervisor`` watches the world once it is forked.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import multiprocessing
@@ -40,6 +41,9 @@ from .spec import WorldSpec, make_spec
 # torch._dynamo (the first optimizer a rank builds imports it, ~1 s) and
 # torch.distributed.optim (DistributedOptimizer; it pulls in fsdp/dtensor, ~1.5 s).
 _PRELOAD = ["harness._rank", "numpy.random", "torch._dynamo", "torch.distributed.optim"]
+# The harness's own: imported before the forkserver installs pytest's
+# assertion rewriting, which is for the modules after them (see _asserts).
+BASE_PRELOAD = tuple(_PRELOAD)
 # How the parent hands the forkserver its sys.path and module list (see
 # harness._preload, which must not be imported here: importing it in the
 # forkserver has to finish this package first).
@@ -55,6 +59,20 @@ def preload(*modules: str) -> None:
     for module in modules:
         if module not in _PRELOAD:
             _PRELOAD.append(module)
+
+
+# How the ranks rewrite asserts (harness._asserts.session_spec): set by the
+# pytest plugin for its session, None outside pytest.
+_asserts: dict[str, Any] | None = None
+
+
+def rewrite_asserts(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Have ranks rewrite asserts as ``spec`` says (a session's
+    :func:`harness._asserts.session_spec`; None: not at all); returns the
+    previous setting. A forkserver not started yet takes it too."""
+    global _asserts
+    previous, _asserts = _asserts, spec
+    return previous
 
 
 # An AF_UNIX socket path holds at most this many bytes (108 with its NUL).
@@ -80,7 +98,8 @@ def _mp_context() -> Any:
     extra = [m.strip() for m in os.environ.get("RPC_HARNESS_PRELOAD", "").split(",") if m.strip()]
     # Read by harness._preload in the forkserver, which inherits this
     # environment when the first world of the process starts it.
-    os.environ[PRELOAD_ENV] = json.dumps({"sys_path": list(sys.path), "modules": _PRELOAD + extra})
+    os.environ[PRELOAD_ENV] = json.dumps({"sys_path": list(sys.path), "modules": _PRELOAD + extra,
+                                          "base": list(BASE_PRELOAD), "asserts": _asserts})
     ctx.set_forkserver_preload(["harness._preload"])
     return ctx
 
@@ -283,6 +302,8 @@ def world_namespace(isolate: bool | None) -> tuple[Any, str]:
 def _start_rank(mp: Any, boot: Any, controlled: bool) -> tuple[Any, Any, Any]:
     from ._boot import main
 
+    if _asserts is not None:  # the rank rewrites the modules the forkserver did not preload
+        boot = dataclasses.replace(boot, asserts=_asserts)
     ours, theirs = mp.Pipe(duplex=True)
     schedule_ours, schedule_theirs = mp.Pipe(duplex=True) if controlled else (None, None)
     proc = _RankProcess(target=main, args=(theirs, boot, schedule_theirs), name=f"rpc-rank{boot.rank}",

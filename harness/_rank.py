@@ -27,7 +27,7 @@ import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import _callpoints, _gate, _lifecycle, _msgfaults, _rpc_hooks
+from . import _asserts, _callpoints, _gate, _lifecycle, _msgfaults, _rpc_hooks
 from . import _messages as msg
 from ._boot import Boot, rank_file
 from .context import EventLog, RankContext, activate
@@ -158,6 +158,9 @@ def _prepare_process(boot: Boot) -> None:
     # would otherwise open every rank's output.
     warnings.filterwarnings("ignore", message="You are using a Backend")
     sys.path[:] = list(boot.sys_path)
+    # Before the program loads: its modules rewritten as its pytest session
+    # rewrites them, where the forkserver did not preload them so.
+    _asserts.apply(boot.asserts)
 
 
 def _arm_faults_without_code(plan: FaultPlan, ctx: RankContext) -> None:

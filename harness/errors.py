@@ -109,10 +109,19 @@ def origin(error: BaseException) -> str:
 def one_line(error: BaseException) -> str:
     """``Type: first line of the message``; for an exception a peer raised,
     its innermost message and where it was raised (the first line of such an
-    error is only ``On WorkerInfo(...):``)."""
+    error is only ``On WorkerInfo(...):``). An assert pytest rewrote, whose
+    first line is its author's message, keeps the comparison too:
+    ``AssertionError: rank 2 got tensor([3., 3.]) (assert tensor(6.) < 6)``."""
     name = type(error).__name__
     if is_remote_exception(error):
         inner = origin(error)
         return inner if inner.split(":", 1)[0].split(" (", 1)[0] == name else f"{name}: {inner}"
     lines = str(error).strip().splitlines()
-    return f"{name}: {lines[0]}" if lines else name
+    if not lines:
+        return name
+    if isinstance(error, AssertionError) and not lines[0].startswith("assert "):
+        # pytest writes the message, then the explanation from column 0.
+        compared = next((line for line in lines[1:] if line.startswith("assert ")), None)
+        if compared is not None:
+            return f"{name}: {lines[0]} ({compared})"
+    return f"{name}: {lines[0]}"

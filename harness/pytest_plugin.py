@@ -50,6 +50,7 @@ _MAX_WORLD_SECTIONS = 2
 _session_seed_key = pytest.StashKey[int]()
 _session_values_key = pytest.StashKey[dict]()
 _results_key = pytest.StashKey[list]()
+_asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this session
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -182,11 +183,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     and the test modules whose tests use ``rpc_world`` (and ``rpc_preload``),
     which every rank running one of their entries would import otherwise
     (measured: a 4-rank world ~60 % slower without)."""
-    from ._launcher import preload
+    from ._asserts import session_spec
+    from ._launcher import preload, rewrite_asserts
 
     modules = {item.module.__name__ for item in session.items
                if "rpc_world" in getattr(item, "fixturenames", ()) and getattr(item, "module", None) is not None}
     preload("pytest", *sorted(modules), *session.config.getini(PRELOAD_INI))
+    # Ranks rewrite asserts as this session does (the modules it rewrote
+    # are known by now); the session before it (pytester's outer one) gets
+    # its own back at the end.
+    session.config.stash[_asserts_key] = rewrite_asserts(session_spec(session.config))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _asserts_key in config.stash:
+        from ._launcher import rewrite_asserts
+
+        rewrite_asserts(config.stash[_asserts_key])
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
