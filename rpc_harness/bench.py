@@ -4,7 +4,8 @@
   (``torch.multiprocessing.spawn`` + ``init_rpc``) up to 16, medians and
   ratio, drawn as a growth curve;
 - the same 4-rank world through the ``rpc_world`` fixture, from a pytest
-  test module that imports pytest and torch (what a user's test pays);
+  test module that imports pytest and torch (what a user's test pays), with
+  its asserts rewritten in the ranks and without (``--assert=plain``);
 - memory per rank as PSS and USS (RSS counts the pages every rank shares
   with the forkserver, and 128 ranks would "use" more than the machine has);
 - failure-report latency: a rank's death to the world's failure report;
@@ -177,36 +178,67 @@ FIXTURE_TEST = textwrap.dedent("""
 
     def ring(ctx):
         peer = ctx.names[(ctx.rank + 1) % ctx.world_size]
-        return rpc.rpc_sync(peer, add, args=(torch.ones(2) * ctx.rank, 1)).tolist()
+        value = rpc.rpc_sync(peer, add, args=(torch.ones(2) * ctx.rank, 1)).tolist()
+        assert len(value) == 2, value  # rewritten in the ranks, unless --assert=plain
+        return value
 
     def test_worlds(rpc_world):
+        started = time.perf_counter()
         rpc_world.run(ring, world_size=4)  # the first world starts the forkserver
+        first = time.perf_counter() - started
         times = []
         for _ in range(int(os.environ["BENCH_REPEAT"])):
             started = time.perf_counter()
             rpc_world.run(ring, world_size=4)
             times.append(time.perf_counter() - started)
         with open(os.environ["BENCH_OUT"], "w") as file:
-            json.dump(times, file)
+            json.dump({"first": first, "times": times}, file)
 """)
 
 
-def fixture_path(repeat: int) -> dict[str, Any]:
-    """A 4-rank world through ``rpc_world`` from a test module that imports
-    pytest and torch, in a pytest session of its own: median seconds."""
+def fixture_session(repeat: int, assert_mode: str = "rewrite") -> dict[str, Any]:
+    """One pytest session of its own running ``repeat`` + 1 4-rank worlds
+    through ``rpc_world`` from a test module that imports pytest and torch,
+    its asserts rewritten in the ranks (pytest's default) or not
+    (``--assert=plain``): ``{"first": s, "times": [s, ...]}``, the first
+    world (which starts the forkserver) apart."""
     with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
         with open(os.path.join(folder, "test_fixture_path.py"), "w") as file:
             file.write(FIXTURE_TEST)
         out = os.path.join(folder, "times.json")
         env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fixture_path.py"],
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"--assert={assert_mode}", "test_fixture_path.py"],
                               cwd=folder, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"the fixture-path session failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         with open(out) as file:
-            times = json.load(file)
-    row = {"median_s": statistics.median(times), "runs": len(times)}
-    print(f"  4-rank world through rpc_world from a test module: {row['median_s']:.3f}s", flush=True)
+            return json.load(file)
+
+
+def fixture_path(repeat: int, rounds: int = 3) -> dict[str, Any]:
+    """A 4-rank world through ``rpc_world`` from a test module that imports
+    pytest and torch, in pytest sessions of their own: median seconds, with
+    the ranks rewriting the module's asserts as pytest does (the default)
+    and without (``--assert=plain``), sessions of each alternating
+    (``rounds`` of each, ``repeat`` worlds in all), so that drift hits both;
+    and the median first world of a session, which starts the forkserver
+    (where the test module is imported through pytest's rewriting hook)."""
+    per_session = max(1, -(-repeat // rounds))
+    times: dict[str, list[float]] = {"rewrite": [], "plain": []}
+    firsts: dict[str, list[float]] = {"rewrite": [], "plain": []}
+    for _ in range(rounds):
+        for mode in ("rewrite", "plain"):
+            session = fixture_session(per_session, mode)
+            times[mode] += session["times"]
+            firsts[mode].append(session["first"])
+    row = {"median_s": statistics.median(times["rewrite"]), "runs": len(times["rewrite"]),
+           "first_s": statistics.median(firsts["rewrite"]),
+           "plain_median_s": statistics.median(times["plain"]), "plain_runs": len(times["plain"]),
+           "plain_first_s": statistics.median(firsts["plain"]), "sessions": rounds}
+    print(f"  4-rank world through rpc_world from a test module: {row['median_s']:.3f}s "
+          f"(asserts rewritten in ranks; {row['plain_median_s']:.3f}s with --assert=plain; first world of a "
+          f"session {row['first_s']:.2f}s / {row['plain_first_s']:.2f}s)", flush=True)
     return row
 
 
@@ -339,7 +371,7 @@ def run_bench(
             write_growth_picture(figures["bring_up"], svg_path)
             print(f"  wrote {svg_path}", flush=True)
     if "fixture" in only:
-        figures["fixture_path"] = fixture_path(5 if quick else 15)
+        figures["fixture_path"] = fixture_path(4 if quick else 30, rounds=2 if quick else 5)
     if "failure" in only:
         figures["failure_latency"] = failure_latency(3 if quick else 5)
     per_call = failpoint_cost()
@@ -392,6 +424,10 @@ def table(figures: dict[str, Any]) -> str:
                   if spawn4 else " | ")
         lines.append(f"| 4-rank world through rpc_world, from a test module importing pytest and torch (median) "
                      f"| {fixture['median_s']:.3f} s | {versus} |")
+        if "plain_median_s" in fixture:
+            lines.append(f"| the same, asserts rewritten in ranks / not (--assert=plain): world (median), first "
+                         f"world of a session (median) | {fixture['median_s']:.3f} / {fixture['plain_median_s']:.3f} s, "
+                         f"{fixture['first_s']:.2f} / {fixture['plain_first_s']:.2f} s | | |")
     for row in figures.get("bring_up", []):
         lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "
                      f"{row['pss_mb']:.0f} / {row['uss_mb']:.0f} MB, {row['world_pss_gb']:.2f} GB | | |")

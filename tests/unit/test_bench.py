@@ -11,7 +11,7 @@ def test_the_table_quotes_every_figure():
                       "pss_mb": 40.2, "uss_mb": 12.6, "world_pss_gb": 0.16},
                      {"world_size": 256, "harness_median_s": 48.0, "pss_mb": 16.0, "uss_mb": 15.1,
                       "world_pss_gb": 4.0}],
-        "fixture_path": {"median_s": 0.2},
+        "fixture_path": {"median_s": 0.2, "plain_median_s": 0.21, "first_s": 5.0, "plain_first_s": 5.1},
         "failure_latency": {"median_s": 0.04, "max_s": 0.05},
         "unarmed_failpoint_ns": 110.0,
         "rpc_recording": {"plain_us": 340.0, "recorded_us": 365.0, "added_us": 25.0},
@@ -22,6 +22,8 @@ def test_the_table_quotes_every_figure():
     assert "| 4-rank world up + down (median) | 0.170 s | 2.00 s | 12x |" in text
     assert "| 256-rank world up + down (median) | 48.000 s |  |  |" in text, "no spawn way past 16 ranks"
     assert "from a test module importing pytest and torch (median) | 0.200 s | 2.00 s | 10x |" in text
+    assert ("| the same, asserts rewritten in ranks / not (--assert=plain): world (median), first world of a "
+            "session (median) | 0.200 / 0.210 s, 5.00 / 5.10 s |") in text
     assert "| memory at 256 ranks: per rank PSS / USS (median), world PSS | 16 / 15 MB, 4.00 GB |" in text
     assert "| rank death -> failure report (median / max) | 40 / 50 ms |" in text
     assert "| unarmed failpoint | 110 ns/call |" in text
