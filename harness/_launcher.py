@@ -24,10 +24,10 @@ from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
 from typing import Any
 
-from . import _netns, _workdirs
+from . import _netns, _torch_check, _workdirs
 from ._supervisor import Supervisor
 from .errors import WorldFailed, WorldSpecError, WorldTimeout
-from .faults import FaultPlan
+from .faults import FaultPlan, uses_faulty_agent
 from .options import arguments
 from .progress import Progress
 from .repro import python_call, replaying
@@ -243,6 +243,9 @@ def launch(
             "script starts worlds at its top level, put that under `if __name__ == '__main__':` (its ranks "
             "import the script, as multiprocessing's children do)"
         )
+    # The torch private names the harness hooks, checked once per process.
+    _torch_check.require(faulty_agent=uses_faulty_agent(spec.options.faults, spec.options.fuzz),
+                         retry_log=any(fault.kind == "msgfail" for fault in spec.options.faults))
     workdir = _workdirs.make()
     netns = None
     try:

@@ -74,6 +74,20 @@ class GradientMismatch(HarnessError, AssertionError):
     """
 
 
+class Unsupported(HarnessError, RuntimeError):
+    """What a world needs cannot be had with this torch or on this machine.
+
+    Raised before any process starts when the installed torch lacks a
+    private name the harness hooks, or it behaves differently (the message
+    names torch's version and each missing piece), or lacks an optional one
+    the world needs (torch's faulty agent, for message faults and fuzzing).
+    Raised inside a rank, before its ``init_rpc``, by a spawned program
+    whose TensorPipe options ask for CUDA devices (``device_maps``,
+    ``devices``) where CUDA is not available: the message says what the
+    harness runs and what to do.
+    """
+
+
 class InjectedFault(HarnessError, RuntimeError):
     """Raised inside a rank by a ``raise`` fault at a failpoint."""
 

@@ -35,7 +35,8 @@ def seed_everything(seed: int) -> None:
     import torch
 
     random.seed(seed)
-    if torch.accelerator.is_available():
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; before it, CUDA is the device
+    if accelerator.is_available() if accelerator is not None else torch.cuda.is_available():
         torch.manual_seed(seed)  # seeds every device's generators as well
     else:
         # No device but the CPU: its generator is all torch.manual_seed seeds

@@ -1,0 +1,101 @@
+"""The check of the private torch names the harness hooks (harness._torch_check):
+it passes on the torch the suite runs, and a name taken away (then put back)
+fails it with torch's version and the missing piece, before any process
+starts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed.rpc as rpc
+from torch.distributed.rpc import api, internal
+
+import harness
+from harness import _launcher, _torch_check
+from harness.errors import Unsupported
+
+
+@pytest.fixture(autouse=True)
+def fresh_check(monkeypatch):
+    """Each test checks anew, and leaves no findings behind for other tests."""
+    monkeypatch.setattr(_torch_check, "_findings", None)
+    yield
+    _torch_check.forget()
+
+
+def entry(ctx):
+    return ctx.rank
+
+
+def test_every_piece_is_there_on_this_torch():
+    found = _torch_check.findings()
+    assert found.version == torch.__version__
+    assert found.missing == [], [(piece.name, why) for piece, why in found.missing]
+    _torch_check.require(faulty_agent=True, retry_log=True)
+    assert _torch_check.degraded() == []
+
+
+def test_a_removed_name_fails_the_first_world_naming_torch_and_the_piece_before_any_process_starts(monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was about to start")
+
+    monkeypatch.setattr(_launcher._workdirs, "make", no_process)
+    monkeypatch.setattr(_launcher, "_mp_context", no_process)
+    monkeypatch.delattr(internal, "_run_function")
+    with pytest.raises(Unsupported) as refused:
+        harness.run_world(entry, world_size=2)
+    message = str(refused.value)
+    assert message.startswith(f"torch {torch.__version__} lacks what rpc-harness hooks in it")
+    assert "before any process started" in message
+    assert ("  - torch.distributed.rpc.internal._run_function: torch.distributed.rpc.internal has no "
+            "'_run_function' (used for: the RPC hooks wrap it") in message
+    assert message.count("\n  - ") == 1, "only the missing piece is named"
+
+
+def test_a_name_that_changed_shape_is_named_with_what_changed(monkeypatch):
+    def rpc_sync(func, to, args=None, kwargs=None, timeout=-1.0):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(api, "rpc_sync", rpc_sync)
+    with pytest.raises(Unsupported, match=r"torch\.distributed\.rpc\.api\.rpc_sync: takes \(func, to, args, kwargs, "
+                                          r"timeout\), the harness calls it with \(to, func, args, kwargs, timeout\)"):
+        _torch_check.require()
+
+
+def test_the_faulty_agent_missing_fails_only_the_worlds_that_need_it(monkeypatch):
+    import torch.distributed.rpc._testing as faulty
+
+    monkeypatch.delattr(faulty, "FaultyTensorPipeRpcBackendOptions")
+    _torch_check.require()  # a world without message faults or fuzz
+    with pytest.raises(Unsupported) as refused:
+        _torch_check.require(faulty_agent=True)
+    message = str(refused.value)
+    assert f"this world has message faults (msgfail, msgdelay) or fuzz, which need the faulty agent of torch, and " \
+           f"torch {torch.__version__} lacks it" in message
+    assert "torch.distributed.rpc._testing.FaultyTensorPipeRpcBackendOptions" in message
+    assert "Worlds without them run on this torch." in message
+    assert _torch_check.degraded() == [
+        "torch.distributed.rpc._testing.FaultyTensorPipeRpcBackendOptions: torch.distributed.rpc._testing has no "
+        "FaultyTensorPipeRpcBackendOptions (message faults (msgfail, msgdelay) and schedule fuzzing run torch's "
+        "faulty agent)"]
+
+
+def test_a_world_with_message_faults_is_refused_at_launch_when_the_faulty_agent_is_missing(monkeypatch):
+    import torch.distributed.rpc._testing as faulty
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was about to start")
+
+    monkeypatch.setattr(_launcher._workdirs, "make", no_process)
+    monkeypatch.delattr(faulty, "FaultyTensorPipeRpcBackendOptions")
+    with pytest.raises(Unsupported, match="message faults"):
+        harness.run_world(entry, world_size=2, faults="msgdelay:worker0@PYTHON_CALL=0.1s")
+
+
+def test_the_check_runs_once_per_process(monkeypatch):
+    _torch_check.require()
+    monkeypatch.delattr(rpc, "init_rpc")  # taken away after the first world: not seen again
+    _torch_check.require()
+    _torch_check.forget()
+    with pytest.raises(Unsupported, match="torch.distributed.rpc.init_rpc: torch.distributed.rpc has no 'init_rpc'"):
+        _torch_check.require()
