@@ -41,6 +41,11 @@ from .seeds import seed_everything
 # here on (preloaded test modules, the program's) bind the wrapped RPC API.
 _rpc_hooks.install()
 _lifecycle.install()
+# A rank arms its stack dump on SIGUSR1 as it starts (main). Asked for its
+# stacks before that, because a peer failed while it was still starting, it
+# would die of the signal's default action and be reported as killed by
+# SIGUSR1 rather than stopped: until then, the signal is ignored.
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def main(conn: Connection, boot: Boot, schedule: Connection | None = None) -> None:
