@@ -27,7 +27,7 @@ import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import _asserts, _callpoints, _gate, _lifecycle, _msgfaults, _rpc_hooks
+from . import _asserts, _callpoints, _devices, _gate, _lifecycle, _msgfaults, _rpc_hooks
 from . import _messages as msg
 from ._boot import Boot, rank_file
 from .context import EventLog, RankContext, activate
@@ -41,6 +41,7 @@ from .seeds import seed_everything
 # here on (preloaded test modules, the program's) bind the wrapped RPC API.
 _rpc_hooks.install()
 _lifecycle.install()
+_devices.install()  # a spawned program's device maps: CUDA channels, or refused where there is no CUDA
 # A rank arms its stack dump on SIGUSR1 as it starts (main). Asked for its
 # stacks before that, because a peer failed while it was still starting, it
 # would die of the signal's default action and be reported as killed by

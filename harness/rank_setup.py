@@ -5,6 +5,8 @@ launcher (``_rank.py``) or torchrun (``rpc_harness.torchrun``).
 - :func:`pin_loopback`: TensorPipe and Gloo listen on loopback only;
 - :func:`intra_op_threads`: the cores shared out among the ranks;
 - :func:`rpc_backend`: plain TensorPipe, or torch's faulty agent for message faults;
+- :func:`tensorpipe_options`: TCP and the basic channel (CUDA channels for a
+  program's device maps where CUDA is available).
 - :func:`widen_listen_backlogs`: listeners that hold a whole world's connections.
 
 Imports torch: for rank processes only, never for ``import harness``.
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch.distributed.rpc as rpc
 
+from . import _devices
 from .context import RankContext
 from .faults import uses_faulty_agent
 from .seeds import derive_seed
@@ -134,10 +137,17 @@ def tensorpipe_options(init_method: str, rpc_timeout: float, num_worker_threads:
 
     The basic channel needs one connection per pipe and no ptrace; dropping
     mpt_uv (never chosen for CPU tensors) saves 16 threads and listeners per
-    rank. The cost: a tiny round trip in a 2-rank world is ~2x slower."""
+    rank. The cost: a tiny round trip in a 2-rank world is ~2x slower.
+
+    A spawned program's own ``device_maps``/``devices`` (in ``more``) add
+    TensorPipe's CUDA channels where CUDA is available, and are refused
+    where it is not (``_devices``: this is the program's ``init_rpc``)."""
+    device_maps, devices = more.get("device_maps"), more.get("devices")
+    _devices.check(f"init_rpc with TensorPipe options of device_maps={device_maps!r}, devices={devices!r}",
+                   device_maps, devices)
     return rpc.TensorPipeRpcBackendOptions(
         init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=num_worker_threads,
-        _transports=["uv"], _channels=["basic"], **more,
+        _transports=["uv"], _channels=_devices.channels(device_maps, devices), **more,
     )
 
 

@@ -1,0 +1,43 @@
+"""A program that sends CUDA tensors with device maps (tests/programs/cuda_rpc.py,
+the TensorPipe CUDA RPC tutorial's way): refused before its init_rpc with the
+harness's own reason where CUDA is not available; run, with TensorPipe's CUDA
+channels, where it is."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from programs import cuda_rpc
+
+from harness.errors import WorldFailed
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+HOWS = ["device_maps", "set_device_map", "devices"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+@pytest.mark.parametrize("how", HOWS)
+def test_device_maps_are_refused_before_init_rpc_with_the_harness_reason(rpc_world, how):
+    with pytest.raises(WorldFailed) as failed:
+        rpc_world.spawn(cuda_rpc.run_worker, args=(2, how), nprocs=2)
+    result = failed.value.result
+    refused = result.ranks[0]
+    assert refused.status == "raised" and refused.phase == "start-up", refused.describe()
+    assert refused.error.startswith("Unsupported: TensorPipeRpcBackendOptions"), refused.error
+    asked = {"device_maps": "(device_maps={'worker1': {0: 0}})",
+             "set_device_map": ".set_device_map('worker1', {0: 0})",
+             "devices": "(devices=['cuda:0'])"}[how]
+    assert refused.error.startswith(f"Unsupported: TensorPipeRpcBackendOptions{asked} asks for CUDA tensors between "
+                                    f"workers, but CUDA is not available here"), refused.error
+    assert "TCP transport with its basic channel" in refused.traceback
+    assert "torch.cuda.is_available() is False" in refused.traceback
+    # The harness's reason comes first: not torch's own error on a CPU build.
+    assert "Cannot access accelerator device" not in str(failed.value)
+    assert result.ranks[1].status == "stopped", "worker1 waited in init_rpc until the world was stopped"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (not run on the CPU machine this was written on)")
+def test_cuda_tensors_travel_along_the_programs_device_maps(rpc_world):
+    result = rpc_world.spawn(cuda_rpc.run_worker, args=(2, "device_maps"), nprocs=2)
+    assert result.values[0] == {"device": "cuda:0", "value": [2.0, 2.0]}
