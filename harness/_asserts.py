@@ -63,12 +63,16 @@ def session_spec(config: Any) -> dict[str, Any] | None:
     hook = getattr(state, "hook", None)
     if hook is None:
         return None
-    patterns = [str(pattern) for pattern in hook.fnpats]
-    marked = {name for name in hook._must_rewrite if not _is_ours(name)}
+    try:  # the hook's own attributes: a pytest that renamed them gets plain asserts in ranks, as before
+        patterns = [str(pattern) for pattern in hook.fnpats]
+        marked = {name for name in hook._must_rewrite if not _is_ours(name)}
+        rewritten = dict(hook._rewritten_names)
+    except (AttributeError, TypeError):
+        return None
     # Modules it rewrote that neither a pattern nor a mark would rewrite in a
     # rank: test files named on the command line (pytest's isinitpath).
     given = set()
-    for name, path in hook._rewritten_names.items():
+    for name, path in rewritten.items():
         if _is_ours(name) or _covered(name, marked) or path.name == "conftest.py":
             continue
         if not any(fnmatch_ex(pattern, path) for pattern in patterns):
@@ -110,7 +114,9 @@ class RankConfig:
         from _pytest.assertion.rewrite import assertstate_key
         from _pytest.stash import Stash
 
-        self._ini: dict[str, Any] = dict(spec.get("ini", {}))
+        # Unset truncation limits read as None in pytest too (its defaults apply).
+        self._ini: dict[str, Any] = {"truncation_limit_lines": None, "truncation_limit_chars": None,
+                                     **spec.get("ini", {})}
         self._ini["python_files"] = list(spec["python_files"])
         # The pass hook calls plugins, which a rank has none of.
         self._ini["enable_assertion_pass_hook"] = False
@@ -156,18 +162,25 @@ def apply(spec: dict[str, Any] | None) -> None:
         _set_explanations(None)
     if spec is None:
         return
-    from _pytest.assertion.rewrite import AssertionRewritingHook
+    try:
+        from _pytest.assertion.rewrite import AssertionRewritingHook
 
-    config = RankConfig(spec)
-    hook = AssertionRewritingHook(config)  # type: ignore[arg-type]
-    hook.mark_rewrite(*spec.get("modules", ()))
+        config = RankConfig(spec)
+        hook = AssertionRewritingHook(config)  # type: ignore[arg-type]
+        hook.mark_rewrite(*spec.get("modules", ()))
+        _set_explanations(config)
+    except Exception:  # noqa: BLE001 - a pytest whose internals differ: plain asserts, as before
+        _set_explanations(None)
+        return
     sys.meta_path.insert(0, hook)
     _hook = hook
-    _set_explanations(config)
 
 
 def _set_explanations(config: RankConfig | None) -> None:
-    from _pytest.assertion import util
+    try:
+        from _pytest.assertion import util
+    except ImportError:  # pragma: no cover - nothing was set, nothing to unset
+        return
 
     util._reprcompare = None if config is None else (lambda op, left, right: explain(config, op, left, right))
     util._config = config  # type: ignore[assignment]  # saferepr's size follows the verbosity
