@@ -140,6 +140,12 @@ class RankConfig:
 
     getvalue = getoption
 
+    def get_terminal_writer(self) -> Any:
+        """What pytest 8 asks for its diffs' highlighter: none, plain text."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(_highlight=lambda source, lexer="python": source, hasmarkup=False)
+
     def issue_config_time_warning(self, warning: Warning, stacklevel: int) -> None:
         """Marking a module imported already (the forkserver's, before the
         hook) warns in pytest; a rank has nowhere to show it."""
