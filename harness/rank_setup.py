@@ -6,7 +6,7 @@ launcher (``_rank.py``) or torchrun (``rpc_harness.torchrun``).
 - :func:`intra_op_threads`: the cores shared out among the ranks;
 - :func:`rpc_backend`: plain TensorPipe, or torch's faulty agent for message faults;
 - :func:`tensorpipe_options`: TCP and the basic channel (CUDA channels for a
-  program's device maps where CUDA is available).
+  program's device maps where CUDA is available);
 - :func:`widen_listen_backlogs`: listeners that hold a whole world's connections.
 
 Imports torch: for rank processes only, never for ``import harness``.
