@@ -380,7 +380,7 @@ def _time_axis(times: Sequence[float]) -> tuple[float, float, float, list[float]
     The axis starts at the world's start (0) and ends on a tick."""
     lo = min(0.0, min(times, default=0.0))
     hi = max(times, default=0.0)
-    if hi - lo <= 0:
+    if hi - lo < 1.0:  # under the trace's resolution (1 us; 5e-324 made a 0 tick step)
         hi = lo + 1000.0  # a world of no length: show its instant on a 1 ms axis
     span = hi - lo
     unit = 1e6 if span >= 1e6 else 1e3 if span >= 1e3 else 1.0
