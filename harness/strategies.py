@@ -204,8 +204,11 @@ def scenario_worlds(
 
 def world_settings(**overrides: object) -> settings:
     """Settings for a property test of worlds: the ``rpc-ci`` profile unless
-    the command line loaded ``rpc-thorough`` (``--hypothesis-profile``)."""
+    the command line loaded ``rpc-thorough`` (``--hypothesis-profile``). A
+    loaded profile that derandomizes (a CI that wants the same examples every
+    run) derandomizes these too."""
     register_profiles()
     loaded = getattr(settings, "_current_profile", None)
     name = THOROUGH_PROFILE if loaded == THOROUGH_PROFILE else CI_PROFILE
+    overrides.setdefault("derandomize", settings.default.derandomize)
     return settings(settings.get_profile(name), **overrides)  # type: ignore[arg-type]
