@@ -133,7 +133,9 @@ def _trampoline(func: types.FunctionType, key: int) -> types.CodeType:
     namespace: dict[str, Any] = {}
     exec(compile(source, f"<rpc-harness call:{func.__module__}:{func.__qualname__}>", "exec"), namespace)
     code = namespace["outer"]().__code__
-    return code.replace(co_name=func.__code__.co_name, co_qualname=func.__code__.co_qualname)
+    if sys.version_info >= (3, 11):  # co_qualname came with 3.11
+        return code.replace(co_name=func.__code__.co_name, co_qualname=func.__code__.co_qualname)
+    return code.replace(co_name=func.__code__.co_name)
 
 
 def _replace(owner: Any, name: str, raw: Any, func: Any, point: str, hit: Callable[[str], None]) -> Callable[[], None]:
