@@ -32,6 +32,10 @@ WG = "tests/world/test_guards.py::"
 UG = "tests/unit/test_guards.py::"
 OPT = "tests/unit/test_options.py::"
 PLUGIN = "tests/world/test_plugin.py::"
+US = "tests/unit/test_schedule.py::"
+WS = "tests/world/test_schedule.py::"
+FP = "tests/world/test_foreign_programs.py::"
+TC = "tests/unit/test_torch_check.py::"
 
 
 @dataclass(frozen=True)
@@ -355,6 +359,79 @@ BUGS = (
     Bug("3 a call from the peer does not reset its missed pings", "scenarios/_rpc.py",
         "            self._misses[peer] = 0\n", "            pass\n",
         (UG + "test_3_an_answer_or_a_call_from_the_peer_starts_the_count_again",)),
+    # -- issue 20: controlled schedules ------------------------------------------------------
+    Bug("20 a choice is made while an issued call is on its way", "harness/_scheduler.py",
+        "return (self.running is None and not self.mains_pending and not self.arrivals and not self.answers",
+        "return (self.running is None and not self.mains_pending and not self.answers",
+        (US + "test_no_choice_while_an_issued_call_has_not_arrived_or_been_answered",)),
+    Bug("20 a call torch answers in C++ lets its caller's step end before the answer", "harness/_scheduler.py",
+        "else:  # its caller goes on once it is (at once, or a frozen callee's timeout)\n"
+        "            self.answers.add(call_id)",
+        "else:  # its caller goes on once it is (at once, or a frozen callee's timeout)\n            pass",
+        (US + "test_a_call_torch_answers_in_cpp_holds_its_caller_until_the_answer_is_in",)),
+    Bug("20 a failing entry does not end the schedule", "harness/_scheduler.py",
+        "                if failed:\n                    self.halt()",
+        "                if failed:\n                    pass",
+        (US + "test_a_failing_entry_ends_the_schedule_there",)),
+    Bug("20 a replayed step that differs goes unnoticed", "harness/_scheduler.py",
+        "if (task.id, point) != (expected_task, expected_point):", "if False:",
+        (US + "test_a_replay_that_takes_another_step_says_where_it_diverged",
+         WS + "test_a_replay_that_no_longer_takes_the_same_steps_fails_saying_where")),
+    Bug("20 every due timer ends at once, not the earliest first", "harness/_scheduler.py",
+        "            if first is not None and at != first:\n                break\n", "",
+        (US + "test_timers_end_only_when_no_task_can_run_earliest_first",)),
+    Bug("20 the random walk ignores the seed", "harness/_scheduler.py",
+        'self.rng = random.Random(derive_seed(seed, "schedule"))', "self.rng = random.Random(0)",
+        (US + "test_the_same_seed_makes_the_same_choices_and_another_seed_others",)),
+    Bug("20 a stalled world is never released", "harness/_scheduler.py",
+        "        if now - self.heard < STALL_SECONDS:\n            return None",
+        "        if True:\n            return None",
+        (WS + "test_a_lock_the_scheduler_cannot_see_gives_up_control_with_stacks_not_a_hang",)),
+    Bug("20 a controlled world's replay line regenerates its schedule instead of taking its steps",
+        "harness/repro.py",
+        "return dataclasses.replace(spec, options=dataclasses.replace(spec.options, schedule=replay_spec(steps)))",
+        "return spec",
+        (WS + "test_a_controlled_worlds_replay_line_takes_its_steps_and_fails_again",)),
+    # -- issue 21: world options declared once ----------------------------------------------------
+    Bug("21 the fixture drops a declared option given as an argument", "harness/pytest_plugin.py",
+        "            if call.get(option) is not None:", '            if call.get(option) is not None and option != "setup":',
+        (OPT + "test_every_option_given_to_the_fixture_reaches_the_world",)),
+    Bug("21 a budget of more than a week passes", "harness/options.py",
+        "            0 < value <= MAX_SECONDS", "            0 < value <= MAX_SECONDS * 2",
+        (OPT + "test_seconds_are_accepted_exactly_when_finite_positive_and_at_most_a_week",)),
+    # -- issue 22: programs nobody here wrote ------------------------------------------------------
+    Bug("22 a proxy method sent as the function fires its caller's failpoint again", "harness/_rpc_hooks.py",
+        'if not getattr(_serving_proxy_method, "active", False):', "if True:",
+        (FP + "test_1_an_rref_proxy_method_sent_as_the_function_is_named_like_a_proxy_call",)),
+    Bug("22 messages still in torch's retries at the end are not reported lost", "harness/_tally.py",
+        "touched, spent = tries.count(1), tries.count(TORCH_SEND_TRIES)",
+        "touched = spent = tries.count(TORCH_SEND_TRIES)",
+        (FP + "test_2_a_msgfail_that_loses_a_message_ends_in_a_verdict_even_when_the_world_ends_first",)),
+    Bug("22 the Python replay line prints an argument without a literal form", "harness/repro.py",
+        "    if unliteral is not None:\n        where, value = unliteral",
+        "    if False:\n        where, value = unliteral",
+        (FP + "test_6_no_replay_line_holds_an_argument_that_has_no_literal",)),
+    Bug("22 a rank that aborts itself is labelled as killed", "harness/result.py",
+        'if name == "SIGABRT":', 'if name == "SIGABRT-never":',
+        (FP + "test_8_a_rank_that_aborts_itself_is_not_labelled_stopped_by_the_harness",)),
+    Bug("22 a remote error's summary is its first line, not its innermost message", "harness/errors.py",
+        "        inner = origin(error)\n", "        inner = str(error).strip().splitlines()[0]\n",
+        (FP + "test_9_a_remote_errors_summary_line_carries_the_innermost_message",)),
+    Bug("22 setup code never runs in the ranks", "harness/_rank.py",
+        'options.setup.load(where=f"rank {boot.rank}: setup")()', "None",
+        (FP + "test_10_setup_code_runs_in_every_rank_before_the_program",)),
+    # -- issue 23: asserts in ranks, the torch check, device maps -----------------------------------
+    Bug("23 ranks install no assert-rewriting hook", "harness/_asserts.py",
+        "    sys.meta_path.insert(0, hook)\n    _hook = hook", "    _hook = None",
+        ("tests/unit/test_asserts.py::test_matching_and_registered_modules_are_rewritten_and_explained_others_are_not",
+         "tests/world/test_asserts.py::test_a_failing_assert_in_a_run_entry_reads_as_in_the_test_process")),
+    Bug("23 a missing private torch name passes the check", "harness/_torch_check.py",
+        "    required = found.required()\n    if required:", "    required = found.required()\n    if False:",
+        (TC + "test_a_removed_name_fails_the_first_world_naming_torch_and_the_piece_before_any_process_starts",)),
+    Bug("23 device maps without CUDA reach TensorPipe", "harness/_devices.py",
+        "    if not cuda_available():\n        raise Unsupported(", "    if False:\n        raise Unsupported(",
+        ("tests/unit/test_devices.py::test_device_maps_are_refused_in_init_rpc_without_cuda",
+         "tests/world/test_devices.py::test_device_maps_are_refused_before_init_rpc_with_the_harness_reason")),
 )
 
 
