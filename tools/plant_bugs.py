@@ -365,9 +365,8 @@ BUGS = (
         "return (self.running is None and not self.mains_pending and not self.answers",
         (US + "test_no_choice_while_an_issued_call_has_not_arrived_or_been_answered",)),
     Bug("20 a call torch answers in C++ lets its caller's step end before the answer", "harness/_scheduler.py",
-        "else:  # its caller goes on once it is (at once, or a frozen callee's timeout)\n"
-        "            self.answers.add(call_id)",
-        "else:  # its caller goes on once it is (at once, or a frozen callee's timeout)\n            pass",
+        "            if running is not None:\n                self.acks[call_id] = running\n                return\n",
+        "",
         (US + "test_a_call_torch_answers_in_cpp_holds_its_caller_until_the_answer_is_in",)),
     Bug("20 a failing entry does not end the schedule", "harness/_scheduler.py",
         "                if failed:\n                    self.halt()",
