@@ -397,7 +397,8 @@ BUGS = (
         (OPT + "test_every_option_given_to_the_fixture_reaches_the_world",)),
     Bug("21 a budget of more than a week passes", "harness/options.py",
         "            0 < value <= MAX_SECONDS", "            0 < value <= MAX_SECONDS * 2",
-        (OPT + "test_seconds_are_accepted_exactly_when_finite_positive_and_at_most_a_week",)),
+        (OPT + "test_seconds_are_accepted_exactly_when_finite_positive_and_at_most_a_week",
+         OPT + "test_every_numeric_option_is_refused_or_accepted_at_its_edges_as_the_rule_says")),
     # -- issue 22: programs nobody here wrote ------------------------------------------------------
     Bug("22 a proxy method sent as the function fires its caller's failpoint again", "harness/_rpc_hooks.py",
         'if not getattr(_serving_proxy_method, "active", False):', "if True:",

@@ -7,7 +7,7 @@ import inspect
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import harness
@@ -51,6 +51,10 @@ def test_a_budget_out_of_range_is_refused_naming_where_it_came_from(name, value)
 
 
 @given(st.floats(allow_nan=True, allow_infinity=True))
+@example(O.MAX_SECONDS)
+@example(O.MAX_SECONDS + 1e-6)
+@example(5e-324)
+@example(-0.0)
 def test_seconds_are_accepted_exactly_when_finite_positive_and_at_most_a_week(value):
     ok = math.isfinite(value) and 0 < value <= O.MAX_SECONDS
     try:
