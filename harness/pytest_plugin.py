@@ -400,7 +400,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             if text.strip():
                 report.sections.append((f"{prefix}{rank.label} [{rank.status}]", text))
         written = _write_trace(item, index, result)
-        if written:
+        if isinstance(written, str):
+            report.sections.append((f"{prefix}trace", written))
+        else:
             trace, timeline = written
             report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}\n"
                                                       f"Timeline picture: {timeline}"))
@@ -421,9 +423,9 @@ def _import_folder(module_name: str) -> str:
     return path
 
 
-def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[str, str] | None:
-    """Write the failing world's Chrome trace and its SVG picture; None if
-    the folder cannot be written (the report has everything else)."""
+def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[str, str] | str:
+    """Write the failing world's Chrome trace and its SVG picture: their
+    paths, or why they could not be written (the report has everything else)."""
     import re
 
     from .timeline import write_timeline
@@ -437,6 +439,7 @@ def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[st
     try:
         trace = write_trace(result, path + ".trace.json")
         timeline = write_timeline(trace, path + ".timeline.svg", title=item.nodeid)
-    except OSError:
-        return None
+    except OSError as error:
+        return (f"no trace or timeline picture: {error.strerror or error} ({error.filename or folder}); "
+                f"choose a writable folder with {TRACE_OPTION} or the ini's rpc_trace_dir")
     return trace, timeline

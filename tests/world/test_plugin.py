@@ -392,6 +392,18 @@ def test_rank1_dies(rpc_world):
     assert svg.tag.endswith("svg") and "rank 1 (worker1)" in ET.tostring(svg, encoding="unicode")
 
 
+def test_a_trace_folder_that_cannot_be_written_is_named_in_the_report(pytester):
+    pytester.makepyfile(ENTRIES + "\ndef test_rank1_dies(rpc_world):\n    rpc_world.run(rank1_dies, world_size=2)\n")
+    blocker = pytester.path / "a_file"
+    blocker.write_text("")
+    result = run(pytester, f"--rpc-trace-dir={blocker / 'traces'}")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "no trace or timeline picture: Not a directory" in out and str(blocker) in out, out
+    assert "choose a writable folder with --rpc-trace-dir" in out
+    assert "Chrome trace (open in Perfetto)" not in out
+
+
 def test_the_schedule_comes_from_the_command_line_the_ini_file_and_the_marker(pytester):
     pytester.makepyfile(ENTRIES + """
 def test_flag_or_ini(rpc_world):
