@@ -308,9 +308,26 @@ class Supervisor:
         # a server waiting on them, a passive rank inside its own shutdown
         # still serving a call): the stacks of every one still running are kept.
         busy = [r for r in sorted(self.running) if not self.outcomes[r].failed and r not in self.frozen]
+        # A rank that has raised on its own (every rank's assert failing at
+        # once) is reporting its failure: let it finish rather than call it stopped.
+        self._await_reports([r for r in busy if self._raised(r)])
+        busy = [r for r in busy if not self.outcomes[r].failed]
         if any(o.failed for o in self.outcomes) or self.problems:
             self._dump_stacks(busy)
         self.kill_all()
+
+    def _raised(self, rank: int) -> bool:
+        """Whether ``rank`` wrote its ``raised`` event (just before it sends its failure)."""
+        return any(event.get("kind") == "raised" for event in _read_events(self.workdir, rank))
+
+    def _await_reports(self, ranks: list[int]) -> None:
+        """Read the failures ``ranks`` are sending, for at most _STACK_WAIT."""
+        until = time.monotonic() + _STACK_WAIT
+        pending = [r for r in ranks if r in self.open_conns]
+        while pending and (left := until - time.monotonic()) > 0:
+            for ready in wait([self.conns[r] for r in pending], timeout=left):
+                self._drain(self.conns.index(ready))
+            pending = [r for r in pending if r in self.open_conns and not self.outcomes[r].failed]
 
     def _dump_stacks(self, ranks: list[int]) -> None:
         """Ask ``ranks`` for every thread's stack (faulthandler on SIGUSR1)
@@ -333,6 +350,14 @@ class Supervisor:
             _signal(self.procs[rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
             self.procs[rank].join(10)
+        # What they sent before SIGKILL is still in their pipes: a rank that
+        # failed on its own while the world was being stopped (every rank's
+        # assert failing at once) is reported with its own error, not as
+        # stopped. A message cut short by the kill reads as EOF and is dropped.
+        for rank in sorted(self.running):
+            if rank in self.open_conns:
+                self._drain(rank)
+        for rank in sorted(self.running):
             code = self.procs[rank].exitcode
             outcome = self.outcomes[rank]
             outcome.exitcode = code

@@ -437,3 +437,23 @@ def listen_backlogs(ctx):
         somaxconn = int(file.read())
     lines = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout.splitlines()
     return [(int(line.split()[2]), somaxconn) for line in lines]
+
+
+class SlowToReport(Exception):
+    """An error that takes a while to pickle, and leaves a mark when its
+    rank has begun reporting it (the harness pickles it in the report)."""
+
+    def __reduce__(self):
+        folder, rank = self.args
+        open(os.path.join(folder, f"reporting{rank}"), "w").close()
+        time.sleep(1.0)
+        return (SlowToReport, self.args)
+
+
+def everyone_fails_rank0_last(ctx, folder):
+    # Ranks 1.. are reporting their own failure when rank 0's stops the world.
+    if ctx.rank > 0:
+        raise SlowToReport(folder, ctx.rank)
+    while len([n for n in os.listdir(folder) if n.startswith("reporting")]) < ctx.world_size - 1:
+        time.sleep(0.01)
+    raise ValueError("rank 0 fails last")

@@ -85,6 +85,18 @@ def test_an_exception_reaches_the_caller_with_traceback_and_rank_name(assert_gon
     assert_gone(pids_of(result))
 
 
+def test_ranks_that_fail_while_the_world_is_being_stopped_are_reported_with_their_own_errors(tmp_path, assert_gone):
+    # Ranks 1 and 2 have raised and are still sending their failure when rank
+    # 0's failure stops the world: they are not "stopped by the harness".
+    with pytest.raises(WorldFailed) as caught:
+        harness.run_world(worlds.everyone_fails_rank0_last, world_size=3, args=(str(tmp_path),), deadline=60)
+    result = caught.value.result
+    assert [(r.rank, r.status) for r in result] == [(0, "raised"), (1, "raised"), (2, "raised")], result.report()
+    assert result[1].error.startswith("SlowToReport") and result[0].error == "ValueError: rank 0 fails last"
+    assert str(caught.value).startswith("rpc world failed: 3 of 3 ranks failed")
+    assert_gone(pids_of(result))
+
+
 def test_a_hang_fails_at_the_deadline_with_every_ranks_stacks(assert_gone):
     started = time.monotonic()
     with pytest.raises(WorldTimeout) as caught:
