@@ -107,6 +107,15 @@ def _session_setting(config: pytest.Config, flag: str) -> tuple[str | None, str]
     return (raw or None), f"ini {_dest(flag)}"
 
 
+def _command_line_flags(config: pytest.Config) -> list[tuple[str, str]]:
+    """The world options given on this session's command line, as typed:
+    a replay line without them would run other worlds (a free schedule for
+    a controlled one, no fuzz)."""
+    flags = [spec.flag for spec in SESSION_OPTIONS.values()]
+    return [(flag, str(config.getoption(_dest(flag)))) for flag in flags  # type: ignore[arg-type]
+            if flag is not None and config.getoption(_dest(flag)) is not None]
+
+
 def _session_seed(config: pytest.Config) -> int:
     from .errors import WorldSpecError
     from .options import check_seed
@@ -263,7 +272,7 @@ class RpcWorld:
         """The pytest command that replays this test with the same seeds."""
         from .repro import pytest_line
 
-        return pytest_line(self._request.node.nodeid, self.session_seed)
+        return pytest_line(self._request.node.nodeid, self.session_seed, _command_line_flags(self._request.config))
 
     def seed_for(self, index: int) -> int:
         """The seed of this test's ``index``-th world (0-based)."""
@@ -408,7 +417,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
                                                       f"Timeline picture: {timeline}"))
     from .repro import pytest_line
 
-    report.sections.append(("rpc-harness replay", pytest_line(item.nodeid, item.config.stash[_session_seed_key])))
+    report.sections.append(("rpc-harness replay", pytest_line(item.nodeid, item.config.stash[_session_seed_key],
+                                                              _command_line_flags(item.config))))
 
 
 def _import_folder(module_name: str) -> str:

@@ -149,9 +149,13 @@ class Repro:
 # -- the other forms ------------------------------------------------------------------------
 
 
-def pytest_line(nodeid: str, session_seed: int) -> str:
-    """The pytest command that replays a test with the same seeds."""
-    return f"pytest {shlex.quote(nodeid)} {SEED_FLAG}={session_seed}"
+def pytest_line(nodeid: str, session_seed: int, flags: Sequence[tuple[str, str]] = ()) -> str:
+    """The pytest command that replays a test with the same seeds, and the
+    world options the run was given on its command line (``flags``: flag and
+    text, e.g. ``("--rpc-schedule", "controlled")``; the ini file's come
+    along by themselves)."""
+    given = "".join(f" {shlex.quote(f'{flag}={text}')}" for flag, text in flags)
+    return f"pytest {shlex.quote(nodeid)} {SEED_FLAG}={session_seed}{given}"
 
 
 def world_token(spec: WorldSpec, *, path: str = "", modules: Sequence[tuple[str, str]] = ()) -> Repro | None:

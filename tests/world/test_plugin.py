@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -390,6 +391,25 @@ def test_rank1_dies(rpc_world):
     assert deaths and "SIGKILL" in deaths[0]["name"]
     svg = ET.parse(picture[1]).getroot()
     assert svg.tag.endswith("svg") and "rank 1 (worker1)" in ET.tostring(svg, encoding="unicode")
+
+
+def test_the_pytest_replay_line_keeps_the_world_options_of_the_command_line(pytester):
+    # A failing world under a controlled schedule: the line must replay it
+    # under the same schedule, not a free one.
+    pytester.makepyfile(ENTRIES + """
+def test_fails(rpc_world):
+    result = rpc_world.run(ok, world_size=2, check=False)
+    print("NOTE", result.schedule_note.split(",")[0], "DIGEST", result.schedule_digest)
+    assert False, "fail on purpose"
+""")
+    result = run(pytester, "-s", "--rpc-seed=3", "--rpc-schedule=pct:2", "--rpc-deadline=30")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    line = re.search(r"^-+ rpc-harness replay -+\n(pytest .*)$", out, re.M)[1]
+    assert line.endswith("test_fails --rpc-seed=3 --rpc-deadline=30 --rpc-schedule=pct:2"), line
+    digest = re.search(r"NOTE controlled \(pct:2\) DIGEST (\S+)", out)[1]
+    again = run(pytester, "-s", *shlex.split(line)[2:])
+    assert f"NOTE controlled (pct:2) DIGEST {digest}" in again.stdout.str(), "the same schedule again"
 
 
 def test_a_trace_folder_that_cannot_be_written_is_named_in_the_report(pytester):
