@@ -72,12 +72,13 @@ def parse(text: str, *, where: str = "schedule") -> ScheduleSpec:
     if value in (CONTROLLED, "random"):
         return ScheduleSpec("random")
     if value == "pct" or value.startswith("pct:"):
-        depth_text, _, length_text = value[4:].partition(":")
-        depth_text = depth_text or str(DEFAULT_DEPTH)
+        depth_text, colon, length_text = value[4:].partition(":")
+        depth_text = depth_text if value != "pct" else str(DEFAULT_DEPTH)
         if not depth_text.isdigit() or not 1 <= int(depth_text) <= MAX_DEPTH:
             raise WorldSpecError(f"{where}: invalid schedule {text!r}; pct's depth is a whole number 1..{MAX_DEPTH}")
-        if length_text and not (length_text.isdigit() and 1 <= int(length_text) <= 1_000_000):
-            raise WorldSpecError(f"{where}: invalid schedule {text!r}; pct:DEPTH:STEPS takes a whole number of steps")
+        if colon and not (length_text.isdigit() and 1 <= int(length_text) <= 1_000_000):
+            raise WorldSpecError(f"{where}: invalid schedule {text!r}; pct:DEPTH:STEPS takes a whole number of steps "
+                                 "1..1000000")
         return ScheduleSpec("pct", depth=int(depth_text), length=int(length_text or 0))
     if value.startswith(_REPLAY):
         steps, recorded = _decode_steps(value[len(_REPLAY):], where=where)

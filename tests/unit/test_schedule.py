@@ -210,7 +210,7 @@ def test_schedules_that_parse(text):
 
 
 @pytest.mark.parametrize("text", ["", "sometimes", "pct:0", "pct:21", "pct:x", "pct:3:0", "replay:!!", "guide:zz",
-                                  "pct:-1"])
+                                  "pct:-1", "pct:", "pct:2:"])
 def test_schedules_that_do_not_parse_are_refused_naming_where(text):
     with pytest.raises(WorldSpecError, match=r"^here: (invalid schedule|a (replay|guide) schedule that cannot)"):
         S.parse(text, where="here")
