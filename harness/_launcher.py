@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import forkserver, popen_forkserver, util
 from multiprocessing import spawn as mp_spawn
@@ -111,6 +112,7 @@ class _RankPopen(popen_forkserver.Popen):
     a script without a ``__main__`` guard, starts worlds inside worlds."""
 
     def _launch(self, process_obj: Any) -> None:
+        self._poll_lock = threading.Lock()
         prep_data = mp_spawn.get_preparation_data(process_obj._name)
         prep_data.pop("init_main_from_path", None)
         prep_data.pop("init_main_from_name", None)
@@ -128,6 +130,16 @@ class _RankPopen(popen_forkserver.Popen):
         with open(w, "wb", closefd=True) as file:
             file.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self.sentinel)
+
+    def poll(self, flag: int = os.WNOHANG) -> int | None:
+        # Two threads may poll a rank at once: its supervisor, and
+        # multiprocessing's clean-up of finished children that every
+        # Process.start() runs (another world starting in another thread).
+        # Reading the exit status off the forkserver's pipe is not atomic:
+        # the thread that lost the race read None ("exited with code None")
+        # or EOF (255). One at a time, the second sees what the first read.
+        with self._poll_lock:
+            return super().poll(flag)
 
 
 class _RankProcess(ForkServerProcess):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 
 import pytest
 import worlds
 
 import harness
-from harness import WorldFailed, WorldTimeout
+from harness import WorldFailed, WorldTimeout, _launcher
 
 
 def pids_of(result):
@@ -95,6 +96,32 @@ def test_ranks_that_fail_while_the_world_is_being_stopped_are_reported_with_thei
     assert result[1].error.startswith("SlowToReport") and result[0].error == "ValueError: rank 0 fails last"
     assert str(caught.value).startswith("rpc world failed: 3 of 3 ranks failed")
     assert_gone(pids_of(result))
+
+
+def test_a_rank_polled_from_two_threads_at_once_gives_both_its_exit_code(monkeypatch):
+    # Two worlds in two threads: one's Process.start() polls every finished
+    # child while the other's supervisor reads its rank's exit status.
+    from multiprocessing import forkserver
+    from multiprocessing.connection import wait
+
+    harness.run_world(worlds.identity, world_size=1)  # the harness's forkserver is up
+    proc = _launcher._RankProcess(target=time.sleep, args=(0.01,), daemon=True)
+    proc.start()
+    wait([proc.sentinel], timeout=60)
+    original, inside = forkserver.read_signed, threading.Event()
+
+    def slow_read(fd):
+        value = original(fd)
+        inside.set()
+        time.sleep(0.3)  # the other thread has read the status and not yet kept it
+        return value
+
+    monkeypatch.setattr(forkserver, "read_signed", slow_read)
+    other = threading.Thread(target=proc._popen.poll)
+    other.start()
+    assert inside.wait(60)
+    assert proc.exitcode == 0
+    other.join(60)
 
 
 def test_a_hang_fails_at_the_deadline_with_every_ranks_stacks(assert_gone):
