@@ -1,7 +1,7 @@
 """The torch x Python test matrix: one session per pair. Not part of
 .ci/run, which stays on the pinned CPU wheel; run it by hand (``pip install
 nox``) before claiming a torch version works, and record what it printed in
-docs/guides/worlds.md ("Which torch").
+the README's table of tested versions (with the date and the commit).
 
     nox -l                                   # every session
     nox -s "world(python='3.11', torch='2.13.0')"
