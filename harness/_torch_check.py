@@ -164,12 +164,20 @@ def _tensorpipe_options() -> None:
 
 
 def _faulty_agent() -> None:
+    import torch
     import torch.distributed.rpc as rpc
 
-    try:
-        faulty = importlib.import_module("torch.distributed.rpc._testing")  # registers FAULTY_TENSORPIPE
-    except ImportError as error:
-        raise Mismatch(f"torch.distributed.rpc._testing cannot be imported ({error})") from None
+    initialised = getattr(torch._C, "_distributed_rpc_testing", None)
+    if initialised is not None and "torch.distributed.rpc._testing" not in sys.modules:
+        # Imported once and taken out of sys.modules since (pytester's
+        # in-process runs restore sys.modules): importing it again would
+        # register its C++ types a second time, which aborts the process.
+        faulty: Any = initialised
+    else:
+        try:
+            faulty = importlib.import_module("torch.distributed.rpc._testing")  # registers FAULTY_TENSORPIPE
+        except ImportError as error:
+            raise Mismatch(f"torch.distributed.rpc._testing cannot be imported ({error})") from None
     options_type = getattr(faulty, "FaultyTensorPipeRpcBackendOptions", None)
     if options_type is None:
         raise Mismatch("torch.distributed.rpc._testing has no FaultyTensorPipeRpcBackendOptions")

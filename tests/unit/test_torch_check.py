@@ -5,9 +5,12 @@ starts."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.distributed.rpc as rpc
+import torch.distributed.rpc._testing  # noqa: F401 - at collection, before any in-process pytester run
 from torch.distributed.rpc import api, internal
 
 import harness
@@ -99,6 +102,14 @@ def test_a_world_with_message_faults_is_refused_at_launch_when_the_faulty_agent_
     monkeypatch.delattr(faulty, "FaultyTensorPipeRpcBackendOptions")
     with pytest.raises(Unsupported, match="message faults"):
         harness.run_world(entry, world_size=2, faults="msgdelay:worker0@PYTHON_CALL=0.1s")
+
+
+def test_the_faulty_agent_taken_out_of_sys_modules_is_checked_without_importing_it_again(monkeypatch):
+    # pytester's in-process runs restore sys.modules: importing torch's
+    # faulty agent a second time registers its C++ types twice and aborts.
+    monkeypatch.delitem(sys.modules, "torch.distributed.rpc._testing")
+    assert _torch_check.check().lacking(_torch_check.FAULTY_AGENT) == []
+    assert "torch.distributed.rpc._testing" not in sys.modules, "it was not imported again"
 
 
 def test_the_check_runs_once_per_process(monkeypatch):
