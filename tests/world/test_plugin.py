@@ -324,7 +324,7 @@ def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_
     try:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-        left = wait_gone(pids, within=10)
+        left = wait_gone(pids, within=30)
         assert not left, f"ranks outlived the SIGTERMed session: {left}"
         # torchinductor_<user> is torch's own compile cache, kept across runs by design.
         left_behind = [p for p in os.listdir(tmp) if not p.startswith("torchinductor_")]
@@ -341,7 +341,7 @@ def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_fol
     try:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        left = wait_gone(pids, within=10)
+        left = wait_gone(pids, within=30)
         assert not left, f"ranks outlived the SIGKILLed pytest: {left}"
     finally:
         if proc.poll() is None:
@@ -353,7 +353,7 @@ def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_fol
     pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
     again = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(pytester.path)],
                            cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True,
-                           text=True, timeout=120)
+                           text=True, timeout=300)  # a cold session: torch imported anew, on a loaded machine
     assert again.returncode == 0, again.stdout + again.stderr
     assert [p for p in os.listdir(tmp) if p.startswith(ours)] == [], "its first world swept them"
 
