@@ -247,7 +247,7 @@ def failure_latency(repeat: int) -> dict[str, Any]:
     for _ in range(repeat):
         result = run_world(die_after_mark, world_size=4, deadline=60, check=False)
         reported = time.time()
-        dying = next(e.t for e in result[1].events if e.get("name") == "dying")
+        dying = next(e["t"] for e in result[1].events if e.get("name") == "dying")
         samples.append(reported - dying)
     row = {"median_s": statistics.median(samples), "max_s": max(samples), "runs": repeat}
     print(f"  death -> failure report: median {row['median_s'] * 1000:.0f} ms, max {row['max_s'] * 1000:.0f} ms", flush=True)
