@@ -432,6 +432,29 @@ BUGS = (
         "    if not cuda_available():\n        raise Unsupported(", "    if False:\n        raise Unsupported(",
         ("tests/unit/test_devices.py::test_device_maps_are_refused_in_init_rpc_without_cuda",
          "tests/world/test_devices.py::test_device_maps_are_refused_before_init_rpc_with_the_harness_reason")),
+    # -- found this round: several ranks failing at once, replay lines, exit codes, axes, bench ----------
+    Bug("a rank reporting its own failure is not waited for", "harness/_supervisor.py",
+        "self._await_reports([r for r in busy if self._raised(r)])", "self._await_reports([])",
+        ("tests/world/test_launcher.py::"
+         "test_ranks_that_fail_while_the_world_is_being_stopped_are_reported_with_their_own_errors",)),
+    Bug("a rank's exit status is read by two threads at once", "harness/_launcher.py",
+        "        with self._poll_lock:\n            return super().poll(flag)", "        return super().poll(flag)",
+        ("tests/world/test_launcher.py::test_a_rank_polled_from_two_threads_at_once_gives_both_its_exit_code",)),
+    Bug("the pytest replay line drops the command line's world options", "harness/repro.py",
+        'given = "".join(f" {shlex.quote(f\'{flag}={text}\')}" for flag, text in flags)', 'given = ""',
+        (PLUGIN + "test_the_pytest_replay_line_keeps_the_world_options_of_the_command_line",)),
+    Bug("an empty pct step count is read as none", "harness/schedule.py",
+        "        if colon and not (length_text.isdigit()", "        if length_text and not (length_text.isdigit()",
+        (US + "test_schedules_that_do_not_parse_are_refused_naming_where",)),
+    Bug("an unwritable trace folder goes unmentioned", "harness/pytest_plugin.py",
+        "            report.sections.append((f\"{prefix}trace\", written))", "            pass",
+        (PLUGIN + "test_a_trace_folder_that_cannot_be_written_is_named_in_the_report",)),
+    Bug("a trace shorter than a microsecond divides by a zero tick step", "harness/timeline.py",
+        "    if hi - lo < 1.0:", "    if hi - lo <= 0:",
+        ("tests/unit/test_timeline.py::test_a_trace_shorter_than_a_microsecond_gets_the_axis_of_a_world_of_no_length",)),
+    Bug("the bench's death-to-report section reads events as records", "rpc_harness/bench.py",
+        'dying = next(e["t"] for e', "dying = next(e.t for e",
+        ("tests/world/test_bench.py::test_the_time_from_a_death_to_its_report_is_measured",)),
 )
 
 

@@ -6,6 +6,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -638,6 +639,13 @@ event_strategy = st.fixed_dictionaries(
         ),
     },
 )
+
+
+@pytest.mark.parametrize("ts", [5e-324, 1e-9, 0.5])
+def test_a_trace_shorter_than_a_microsecond_gets_the_axis_of_a_world_of_no_length(ts):
+    svg = render_timeline({"traceEvents": [{"ph": "X", "pid": 0, "ts": ts, "name": "x"}]})
+    labels = [t.text for t in ET.fromstring(svg).iter() if t.tag.endswith("text")]
+    assert ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0", "time since the world started (ms)"] == labels[2:9]
 
 
 @settings(max_examples=40, deadline=None)
