@@ -323,11 +323,11 @@ class Supervisor:
     def _await_reports(self, ranks: list[int]) -> None:
         """Read the failures ``ranks`` are sending, for at most _STACK_WAIT."""
         until = time.monotonic() + _STACK_WAIT
-        pending = [r for r in ranks if r in self.open_conns]
+        pending = {self.conns[r]: r for r in ranks if r in self.open_conns}
         while pending and (left := until - time.monotonic()) > 0:
-            for ready in wait([self.conns[r] for r in pending], timeout=left):
-                self._drain(self.conns.index(ready))
-            pending = [r for r in pending if r in self.open_conns and not self.outcomes[r].failed]
+            for ready in wait(list(pending), timeout=left):
+                self._drain(pending[ready])
+            pending = {c: r for c, r in pending.items() if r in self.open_conns and not self.outcomes[r].failed}
 
     def _dump_stacks(self, ranks: list[int]) -> None:
         """Ask ``ranks`` for every thread's stack (faulthandler on SIGUSR1)
@@ -350,13 +350,11 @@ class Supervisor:
             _signal(self.procs[rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
             self.procs[rank].join(10)
-        # What they sent before SIGKILL is still in their pipes: a rank that
-        # failed on its own while the world was being stopped (every rank's
-        # assert failing at once) is reported with its own error, not as
-        # stopped. A message cut short by the kill reads as EOF and is dropped.
-        for rank in sorted(self.running):
-            if rank in self.open_conns:
-                self._drain(rank)
+            # What it sent before SIGKILL is still in its pipe: a rank that
+            # failed on its own while the world was being stopped (every
+            # rank's assert failing at once) is reported with its own error,
+            # not as stopped. A message cut short by the kill reads as EOF.
+            self._drain(rank)
         for rank in sorted(self.running):
             code = self.procs[rank].exitcode
             outcome = self.outcomes[rank]

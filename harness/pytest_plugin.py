@@ -111,9 +111,8 @@ def _command_line_flags(config: pytest.Config) -> list[tuple[str, str]]:
     """The world options given on this session's command line, as typed:
     a replay line without them would run other worlds (a free schedule for
     a controlled one, no fuzz)."""
-    flags = [spec.flag for spec in SESSION_OPTIONS.values()]
-    return [(flag, str(config.getoption(_dest(flag)))) for flag in flags  # type: ignore[arg-type]
-            if flag is not None and config.getoption(_dest(flag)) is not None]
+    given = ((spec.flag, config.getoption(_dest(spec.flag))) for spec in SESSION_OPTIONS.values() if spec.flag)
+    return [(flag, str(value)) for flag, value in given if value is not None]
 
 
 def _session_seed(config: pytest.Config) -> int:
