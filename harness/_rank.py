@@ -1,8 +1,8 @@
 """The life of one rank, inside its own process (stdlib + torch, no pytest).
 
 The supervisor forks this from a forkserver that has torch imported already.
-A rank captures its own output, arms a stack dump on SIGUSR1, dies with its
-parent, arms the faults that need no code (RPC hooks, ``call:`` patches,
+A rank captures its own output, arms its stack dump (``_stackdump``), dies
+with its parent, arms the faults that need no code (RPC hooks, ``call:`` patches,
 torch's retry log for message faults), and then either joins the RPC world
 and runs the entry (``run`` worlds) or runs the program, which joins and
 leaves by itself (``spawn`` worlds). Either way it leaves through its
@@ -27,7 +27,7 @@ import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import _asserts, _callpoints, _devices, _gate, _lifecycle, _msgfaults, _rpc_hooks
+from . import _asserts, _callpoints, _devices, _gate, _lifecycle, _msgfaults, _rpc_hooks, _stackdump
 from . import _messages as msg
 from ._boot import Boot, rank_file
 from .context import EventLog, RankContext, activate
@@ -57,7 +57,10 @@ def main(conn: Connection, boot: Boot, schedule: Connection | None = None) -> No
         boot.netns.enter()  # while this process has one thread: before die_with_parent starts one
     die_with_parent()
     stacks = open(rank_file(boot.workdir, boot.rank, "stacks"), "w")  # noqa: SIM115 (kept open for the handler)
+    # Stacks are asked for through a FIFO and read holding the GIL; SIGUSR1
+    # (faulthandler) is the fallback for a rank that cannot answer so.
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
+    _stackdump.arm(stacks, rank_file(boot.workdir, boot.rank, "dump"))
     events = EventLog(rank_file(boot.workdir, boot.rank, "events"), boot.rank)
     events.write("start", pid=os.getpid())
     code = 1

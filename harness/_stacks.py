@@ -1,7 +1,7 @@
 """A rank's stacks and tracebacks made readable for a report.
 
-The supervisor asks a rank for every thread's stack (faulthandler, on
-SIGUSR1) when its world hangs or fails; the dump has no source lines and
+The supervisor asks a rank for every thread's stack (``_stackdump``) when
+its world hangs or fails; the dump has no source lines and
 carries the harness's own frames. These functions add the one and drop the
 other, and drop the harness's RPC wrappers from a rank's traceback.
 """
@@ -15,19 +15,28 @@ import re
 _RANK_FILE = os.path.join("harness", "_rank.py")
 _HOOKS_FILE = os.path.join("harness", "_rpc_hooks.py")
 _WATCH_FILE = os.path.join("harness", "rank_setup.py")
+_DUMPER_FILE = os.path.join("harness", "_stackdump.py")
+# One thread's block from the next: a blank line, or a thread's header line.
+# faulthandler ends its dump without a blank line, so a dump that follows
+# another (its fallback's, then the rank's own) starts right under it.
+_THREADS_RE = re.compile(r"\n\s*\n|\n(?=(?:Current thread|Thread) 0x)")
 _FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 
 
 def annotate_stacks(text: str) -> str:
-    """Make a faulthandler dump readable: add each frame's source line (the
-    dump has none, and ``failpoint("trainer.step")`` is what a reader needs),
+    """Make a stack dump (faulthandler's form) readable: add each frame's
+    source line (the dump has none, and ``failpoint("trainer.step")`` is what a reader needs),
     drop the harness's own watchdog thread and the bootstrap frames below a
     rank's entry."""
     blocks = []
-    for block in text.strip().split("\n\n"):
-        lines = block.splitlines()
+    for block in _THREADS_RE.split(text.strip()):
+        lines = block.strip("\n").splitlines()
+        if not lines:
+            continue
         if any(_WATCH_FILE in line and line.endswith(" in watch") for line in lines):
             continue
+        if any(_DUMPER_FILE in line and line.endswith(" in _answer") for line in lines):
+            continue  # the thread that answers stack requests (in a faulthandler dump)
         out = []
         for line in lines:
             match = _FRAME_RE.match(line)

@@ -22,7 +22,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from . import _messages as msg
-from . import _tally
+from . import _stackdump, _tally
 from . import result as R
 from ._boot import Boot, rank_file
 from ._scheduler import STALL_SECONDS, ScheduleLink
@@ -330,18 +330,31 @@ class Supervisor:
             pending = {c: r for c, r in pending.items() if r in self.open_conns and not self.outcomes[r].failed}
 
     def _dump_stacks(self, ranks: list[int]) -> None:
-        """Ask ``ranks`` for every thread's stack (faulthandler on SIGUSR1)
-        and wait, briefly, until each has written its dump."""
+        """Ask ``ranks`` for every thread's stack and wait, briefly, until each
+        has written its dump. The safe way first, through the rank's FIFO
+        (``_stackdump``); SIGUSR1 (faulthandler) only for a rank not armed yet
+        or one that did not answer, where no thread of it could take the GIL."""
         if not ranks:
             return
-        for rank in ranks:
+        unarmed = [r for r in ranks if not _stackdump.request(rank_file(self.workdir, r, "dump"))]
+        for rank in unarmed:
             _signal(self.procs[rank].pid, signal.SIGUSR1)
+        # A frozen rank (SIGSTOP) answers neither way: no second wait for it.
+        silent = self._await_stacks(ranks) - set(unarmed) - self.frozen
+        for rank in sorted(silent):
+            _signal(self.procs[rank].pid, signal.SIGUSR1)
+        self._await_stacks(silent)
+        time.sleep(0.05)  # let the last dump finish its write
+
+    def _await_stacks(self, ranks: list[int] | set[int]) -> set[int]:
+        """Wait at most _STACK_WAIT for a dump from each of ``ranks``; those with none."""
         until = time.monotonic() + _STACK_WAIT
         pending = set(ranks)
         while pending and time.monotonic() < until:
             pending = {r for r in pending if not _stacks_written(self.workdir, r, self.stacks_read.get(r, 0))}
-            time.sleep(0.02)
-        time.sleep(0.05)  # let the last dump finish its write
+            if pending:
+                time.sleep(0.02)
+        return pending
 
     def kill_all(self) -> None:
         """SIGKILL every rank still running and reap it. Idempotent."""

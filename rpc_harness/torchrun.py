@@ -43,7 +43,9 @@ judged; use :func:`harness.run_world` or ``rpc-harness run`` for those. The
 other faults (``delay``, ``raise``, ``msgfail``, ``msgdelay``) work as in the
 harness. Every rank arms its own deadline (``--deadline``): past it, it dumps
 every thread's stack to stderr and exits, so a hung world ends on its own
-(``kill -USR1 PID`` dumps a rank's stacks at any time). A rank dies with the
+(``kill -USR1 PID`` dumps a rank's stacks at any time: faulthandler's dump,
+which can crash a rank whose threads start or end meanwhile, so a last
+resort). A rank dies with the
 torchrun agent that started it, even one killed by SIGKILL.
 """
 

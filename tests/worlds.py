@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -457,3 +460,30 @@ def everyone_fails_rank0_last(ctx, folder):
     while len([n for n in os.listdir(folder) if n.startswith("reporting")]) < ctx.world_size - 1:
         time.sleep(0.01)
     raise ValueError("rank 0 fails last")
+
+
+def _churn():
+    """A thread pool's life: threads that start and end, over and over."""
+    while True:
+        thread = threading.Thread(target=sum, args=(range(100),))
+        thread.start()
+        thread.join()
+
+
+def survivors_churn_threads_when_rank0_fails(ctx, threads):
+    """Every rank but 0 keeps threads coming and going; rank 0 then fails,
+    and the harness asks the others for their stacks."""
+    if ctx.rank != 0:
+        for _ in range(threads):
+            threading.Thread(target=_churn, daemon=True).start()
+        time.sleep(120)
+    time.sleep(0.5)  # the others' threads are churning by now
+    raise RuntimeError("rank 0 fails while its peers' threads churn")
+
+
+def holds_the_gil_in_c(ctx):
+    """Rank 1 sleeps in C without releasing the GIL (PyDLL keeps it): no
+    thread of it can run Python to answer a request for its stacks."""
+    if ctx.rank == 1:
+        ctypes.PyDLL(ctypes.util.find_library("c")).sleep(60)
+    return ctx.rank

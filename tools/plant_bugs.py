@@ -455,6 +455,19 @@ BUGS = (
     Bug("the bench's death-to-report section reads events as records", "rpc_harness/bench.py",
         'dying = next(e["t"] for e', "dying = next(e.t for e",
         ("tests/world/test_bench.py::test_the_time_from_a_death_to_its_report_is_measured",)),
+    Bug("survivors are asked for stacks by faulthandler's signal, which can crash them", "harness/_supervisor.py",
+        'unarmed = [r for r in ranks if not _stackdump.request(rank_file(self.workdir, r, "dump"))]',
+        "unarmed = list(ranks)",
+        ("tests/world/test_stacks.py::test_survivors_whose_threads_come_and_go_give_their_stacks_and_are_not_crashed",)),
+    Bug("a rank that cannot answer for its stacks is never signalled", "harness/_supervisor.py",
+        "        for rank in sorted(silent):\n            _signal(", "        for rank in sorted(silent)[:0]:\n            _signal(",
+        ("tests/world/test_stacks.py::test_a_rank_holding_the_gil_in_c_still_gets_its_stacks",)),
+    Bug("the thread answering for stacks dumps itself", "harness/_stackdump.py",
+        "        if names.get(ident) == _THREAD_NAME:\n            continue\n", "",
+        ("tests/unit/test_stackdump.py::test_asking_200_times_never_crashes_a_process_whose_threads_come_and_go",)),
+    Bug("a dump right under faulthandler's is read as one thread", "harness/_stacks.py",
+        "    for block in _THREADS_RE.split(text.strip()):", '    for block in text.strip().split("\\n\\n"):',
+        ("tests/unit/test_stackdump.py::test_a_dump_right_under_faulthandlers_is_read_thread_by_thread",)),
 )
 
 
