@@ -5,6 +5,7 @@
     rpc-harness timeline TRACE.json [-o PICTURE.svg]
     rpc-harness bench [--quick] [--json PATH] [--scenario NAME]
     rpc-harness list
+    rpc-harness --version
 
 Scenarios come from the registry (the ``rpc_harness.scenarios`` entry-point
 group), built-in and installed alike. Exit codes: 0 all good, 1 a scenario
@@ -17,9 +18,11 @@ import argparse
 import dataclasses
 import json
 import os
+import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import metadata
 
 from harness import scenario as registry
 from harness.errors import FaultPlanError, ReplayError, ScenarioError, UsageError, WorldSpecError
@@ -55,8 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _versions() -> str:
+    """What a bug report needs: this harness's version, torch's and Python's."""
+    return (f"rpc-harness {metadata.version('rpc-harness')} (torch {metadata.version('torch')}, "
+            f"Python {platform.python_version()})")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rpc-harness", description=__doc__.split("\n\n")[0].replace("``", ""))
+    parser.add_argument("--version", action="version", version=_versions())
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run scenarios against their single-process baselines")

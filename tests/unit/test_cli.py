@@ -54,3 +54,14 @@ def test_timeline_names_a_bad_trace(tmp_path, capsys, content, message):
     assert main(["timeline", str(trace)]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "bad.timeline.svg").exists()
+
+
+def test_version_names_the_harness_torch_and_python(capsys):
+    import platform
+
+    import torch
+
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("rpc-harness 0.") and f"torch {torch.__version__.split('+')[0]}" in out, out
+    assert out.endswith(f"Python {platform.python_version()})"), out
