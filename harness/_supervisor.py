@@ -74,6 +74,7 @@ class Supervisor:
         self.stacks_read: dict[int, int] = {}  # bytes of a rank's stack file read for an earlier report
         self.signalled: set[int] = set()  # ranks the harness itself sent SIGKILL
         schedule = parse_schedule(spec.options.schedule)
+        self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
         self.problems: list[str] = []
         self.timed_out = False
@@ -441,6 +442,8 @@ class Supervisor:
             budget=self.budget,
             bringup=self.spec.bringup,
             isolation=self.isolation,
+            schedule_label=self.schedule_label,
+            fuzz=self.spec.options.fuzz or 0.0,
         )
 
 

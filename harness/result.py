@@ -121,6 +121,10 @@ class WorldResult:
     # control held (schedule_note says so, or why it was given up).
     schedule: list[Step] = field(default_factory=list)
     schedule_note: str = ""
+    # What besides the seed decided its order of events: the schedule it ran
+    # under (its label; "free" when the OS decided) and the fuzz's delays.
+    schedule_label: str = "free"
+    fuzz: float = 0.0
 
     @property
     def schedule_digest(self) -> str:
@@ -218,6 +222,10 @@ class WorldResult:
         what = f"world_size={self.world_size}, seed={self.seed}"
         if self.faults:
             what += f", faults={self.faults}"
+        if self.schedule_label != "free":
+            what += f", schedule={self.schedule_label}"
+        if self.fuzz:
+            what += f", fuzz={self.fuzz:g}"
         if self.timed_out and self.budget == "bring-up":
             waiting = sum(1 for r in self.ranks if r.status == HUNG)
             head = (f"rpc world did not come up: {waiting} of {self.world_size} ranks had not joined "

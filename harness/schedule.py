@@ -60,6 +60,17 @@ class ScheduleSpec:
     def controlled(self) -> bool:
         return self.kind != "free"
 
+    @property
+    def label(self) -> str:
+        """The schedule as a headline names it: short, recorded steps left out."""
+        if self.kind == "random":
+            return CONTROLLED
+        if self.kind == "pct":
+            return f"pct:{self.depth}" + (f":{self.length}" if self.length else "")
+        if self.kind == "replay":
+            return f"replay of {len(self.steps)} steps"
+        return self.kind
+
 
 def parse(text: str, *, where: str = "schedule") -> ScheduleSpec:
     """Read a ``schedule`` option: ``free``, ``controlled``, ``random``,

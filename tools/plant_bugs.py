@@ -464,7 +464,7 @@ BUGS = (
         ("tests/world/test_stacks.py::test_a_rank_holding_the_gil_in_c_still_gets_its_stacks",)),
     Bug("the thread answering for stacks dumps itself", "harness/_stackdump.py",
         "        if names.get(ident) == _THREAD_NAME:\n            continue\n", "",
-        ("tests/unit/test_stackdump.py::test_asking_200_times_never_crashes_a_process_whose_threads_come_and_go",)),
+        ("tests/world/test_stacks.py::test_asking_200_times_never_crashes_a_process_whose_threads_come_and_go",)),
     Bug("a dump right under faulthandler's is read as one thread", "harness/_stacks.py",
         "    for block in _THREADS_RE.split(text.strip()):", '    for block in text.strip().split("\\n\\n"):',
         ("tests/unit/test_stackdump.py::test_a_dump_right_under_faulthandlers_is_read_thread_by_thread",)),

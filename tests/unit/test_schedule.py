@@ -244,3 +244,15 @@ def test_a_schedule_reads_as_runs_of_steps_with_its_preemptions_marked():
 @given(schedules())
 def test_drawn_schedules_are_controlled_and_parse(text):
     assert S.parse(text).controlled
+
+
+@pytest.mark.parametrize(("text", "label"), [
+    ("free", "free"), ("controlled", "controlled"), ("random", "controlled"), ("pct", f"pct:{S.DEFAULT_DEPTH}"),
+    ("pct:2", "pct:2"), ("pct:2:500", "pct:2:500"),
+])
+def test_a_schedule_is_labelled_as_it_was_given(text, label):
+    assert S.parse(text).label == label
+
+
+def test_a_replayed_schedule_is_labelled_by_its_length_not_its_blob():
+    assert S.parse(S.replay_spec([("w0", "rpc.call:f"), ("w1", "end")])).label == "replay of 2 steps"

@@ -7,6 +7,7 @@ free-running world with every task's stacks, never a hang."""
 from __future__ import annotations
 
 import pytest
+import worlds
 from programs import lock_across_call, tutorial_ps_mnist
 
 import harness
@@ -134,3 +135,12 @@ def test_a_controlled_worlds_replay_line_takes_its_steps_and_fails_again():
     again = eval(line[:-1] + ", check=False, deadline=60)", {"harness": harness})
     assert again.schedule_digest == failing.schedule_digest and verdict(again) == verdict(failing)
     assert not again.problems
+
+
+def test_a_failed_worlds_headline_names_its_schedule_and_fuzz():
+    # Their replay lines carry them; the headline, read first, named only the seed and faults.
+    ran = harness.run_world(worlds.rank2_raises, world_size=3, schedule="pct:2", fuzz=0.01, check=False)
+    headline = ran.report().splitlines()[0]
+    assert "rpc world failed" in headline and "schedule=pct:2" in headline and "fuzz=0.01" in headline, headline
+    free = harness.run_world(worlds.rank2_raises, world_size=3, check=False).report().splitlines()[0]
+    assert "rpc world failed" in free and "schedule=" not in free and "fuzz=" not in free, free

@@ -4,12 +4,16 @@ a busy rank, and still had from a rank that cannot answer."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 import worlds
 
 import harness
-from harness import WorldTimeout
+from harness import WorldTimeout, _stackdump
 
 
 def pids_of(result):
@@ -44,3 +48,47 @@ def test_a_rank_holding_the_gil_in_c_still_gets_its_stacks(assert_gone):
     assert "_stackdump.py" not in result[1].stacks, "the answering thread is left out of faulthandler's dump too"
     assert '"MainThread" (most recent call first)' in result[0].stacks, "rank 0 answered the safe way"
     assert_gone(pids_of(result))
+
+
+# A process that arms the dump and keeps threads starting and ending, as
+# torch's RPC thread pool does. faulthandler's all-threads dump on SIGUSR1
+# killed such a process with SIGSEGV within 1 to 27 dumps, 20 times in 20.
+CHURNING = textwrap.dedent("""
+    import sys, threading, time
+    from harness import _stackdump
+
+    def churn():
+        while True:
+            thread = threading.Thread(target=sum, args=(range(100),))
+            thread.start()
+            thread.join()
+
+    _stackdump.arm(open(sys.argv[1], "w"), sys.argv[2])
+    for _ in range(8):
+        threading.Thread(target=churn, daemon=True).start()
+    print("ready", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_asking_200_times_never_crashes_a_process_whose_threads_come_and_go(tmp_path):
+    stacks, fifo = tmp_path / "stacks", str(tmp_path / "dump")
+    proc = subprocess.Popen([sys.executable, "-c", CHURNING, str(stacks), fifo], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        for asked in range(1, 201):
+            size = stacks.stat().st_size
+            assert _stackdump.request(fifo)
+            until = time.monotonic() + 30
+            while stacks.stat().st_size == size and proc.poll() is None and time.monotonic() < until:
+                time.sleep(0.001)
+            assert proc.poll() is None, f"the process died (exit {proc.returncode}) at request {asked}"
+            assert stacks.stat().st_size > size, f"request {asked} got no dump in 30 s"
+        text = stacks.read_text()
+        assert text.count('"MainThread" (most recent call first)') >= 200
+        assert " in churn" in text and " in <module>" in text
+        assert "rpc-harness-stacks" not in text, "the answering thread leaves itself out"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
