@@ -10,8 +10,10 @@ never imports torch.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -186,6 +188,16 @@ class Settings:
         return f"{base} (with {', '.join(other)})" if other else base
 
 
+def _unimportable(name: str) -> str | None:
+    """Why module ``name`` cannot be found here (None: it can), found
+    without importing it (its parent packages are imported)."""
+    try:
+        found = importlib.util.find_spec(name)
+    except Exception as error:  # noqa: BLE001 - a parent package that fails to import, a bad name
+        return f"{name!r} cannot be imported: {type(error).__name__}: {error}"
+    return None if found is not None else f"no module named {name!r}"
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before the first world starts its forkserver: have it import pytest
     and the test modules whose tests use ``rpc_world`` (and ``rpc_preload``),
@@ -196,7 +208,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     modules = {item.module.__name__ for item in session.items
                if "rpc_world" in getattr(item, "fixturenames", ()) and getattr(item, "module", None) is not None}
-    preload("pytest", *sorted(modules), *session.config.getini(PRELOAD_INI))
+    listed = session.config.getini(PRELOAD_INI)
+    for name in listed:
+        if (problem := _unimportable(name)) is not None:
+            # Only speed is lost (a rank imports what it needs itself), so a
+            # warning, not an error: but a typo must not pass unseen.
+            warnings.warn(pytest.PytestConfigWarning(
+                f"ini {PRELOAD_INI}: {problem}; worlds start without it (a rank that needs it imports it itself)"),
+                stacklevel=1)
+    preload("pytest", *sorted(modules), *listed)
     # Ranks rewrite asserts as this session does (the modules it rewrote
     # are known by now); the session before it (pytester's outer one) gets
     # its own back at the end.

@@ -446,6 +446,17 @@ def test_marker(rpc_world):
     assert result.ret != 0 and "--rpc-schedule: invalid schedule 'sometimes'" in result.stderr.str() + result.stdout.str()
 
 
+def test_an_rpc_preload_entry_that_cannot_be_found_is_warned_about_and_the_session_goes_on(pytester):
+    pytester.makeini("[pytest]\nrpc_preload =\n    json\n    jsno\n    jsno.decoder\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "PytestConfigWarning: ini rpc_preload: no module named 'jsno'; worlds start without it" in out, out
+    assert "ini rpc_preload: 'jsno.decoder' cannot be imported: ModuleNotFoundError" in out, out
+    assert "'json'" not in out, "a module that exists is not warned about"
+
+
 # -- numeric options at their edges through the marker, the pytest flags and the ini --------
 
 WEEK = 7 * 24 * 3600
