@@ -266,6 +266,7 @@ class RpcWorld:
     """
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
+        __tracebackhide__ = True  # a bad marker: its message says what and where
         self._request = request
         self._config = request.config
         self.session_seed: int = request.config.stash[_session_seed_key]
@@ -405,6 +406,7 @@ class RpcWorld:
 @pytest.fixture
 def rpc_world(request: pytest.FixtureRequest) -> RpcWorld:
     """Bring up real multi-process torch.distributed.rpc worlds in this test."""
+    __tracebackhide__ = True
     return RpcWorld(request)
 
 

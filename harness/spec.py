@@ -3,6 +3,7 @@ deadline, validated in one place before any process starts."""
 
 from __future__ import annotations
 
+import functools
 import pickle
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +49,23 @@ class WorldSpec:
         return self.options.bringup or default_bringup(self.world_size)
 
 
+def _reported_at_the_caller(build: Callable[..., WorldSpec]) -> Callable[..., WorldSpec]:
+    """A refused input's error is raised without the frames of the checks
+    that found it: its message names what was wrong and where it came from,
+    and in a pytest report the user's own line is then the last one shown."""
+
+    @functools.wraps(build)
+    def checked(*args: Any, **kwargs: Any) -> WorldSpec:
+        __tracebackhide__ = True
+        try:
+            return build(*args, **kwargs)
+        except (WorldSpecError, FaultPlanError) as error:
+            raise error.with_traceback(None)  # noqa: B904 - the same error, not another
+
+    return checked
+
+
+@_reported_at_the_caller
 def make_spec(
     entry: Callable[..., Any] | str,
     world_size: int | None = None,

@@ -457,6 +457,35 @@ def test_an_rpc_preload_entry_that_cannot_be_found_is_warned_about_and_the_sessi
     assert "'json'" not in out, "a module that exists is not warned about"
 
 
+def test_a_refused_option_shows_the_users_line_and_the_message_not_the_harnesss_frames(pytester):
+    pytester.makepyfile("""
+import pytest
+
+def entry(ctx):
+    return 1
+
+@pytest.mark.rpc_world(deadline=-1)
+def test_bad_value(rpc_world):
+    rpc_world.run(entry, world_size=2)
+
+@pytest.mark.rpc_world(dedline=3)
+def test_bad_key(rpc_world):
+    rpc_world.run(entry, world_size=2)
+
+def test_bad_plan(rpc_world):
+    rpc_world.run(entry, world_size=2, faults="kill:nobody@x")
+""")
+    result = run(pytester)
+    result.assert_outcomes(failed=2, errors=1)
+    out = result.stdout.str()
+    assert "invalid deadline -1; use seconds > 0" in out
+    assert "marker rpc_world got unknown option(s) ['dedline']" in out
+    assert "test_bad_plan" in out and "nobody" in out
+    assert out.count(">       rpc_world.run(entry, world_size=2") == 2, out
+    frames = [line for line in result.stdout.lines if re.search(r"harness[/\\]\w+\.py:\d+", line)]
+    assert not frames, "\n".join(frames)
+
+
 # -- numeric options at their edges through the marker, the pytest flags and the ini --------
 
 WEEK = 7 * 24 * 3600
