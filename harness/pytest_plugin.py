@@ -129,10 +129,13 @@ def _session_seed(config: pytest.Config) -> int:
     if raw is None:
         return fresh_seed()
     try:
-        return check_seed(int(raw, 0), where)
-    except ValueError as error:  # WorldSpecError is one
-        message = str(error) if isinstance(error, WorldSpecError) else f"{where}: invalid seed {raw!r}; use a whole number"
-        raise pytest.UsageError(message) from None
+        value: Any = int(raw, 0)
+    except ValueError:
+        value = raw  # not a number at all: the check names it, with the range, as for any seed
+    try:
+        return check_seed(value, where)
+    except WorldSpecError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def _session_values(config: pytest.Config) -> dict[str, tuple[Any, str]]:

@@ -28,7 +28,7 @@ from harness import scenario as registry
 from harness.errors import FaultPlanError, ReplayError, ScenarioError, UsageError, WorldSpecError
 from harness.faults import FaultPlan
 from harness.interrupts import terminate_as_interrupt
-from harness.options import COMMAND_LINE_DEADLINE, add_option
+from harness.options import COMMAND_LINE_DEADLINE, DEFAULT_DEADLINE, add_option
 from harness.progress import ProgressBar
 from harness.repro import Repro, decode, scenario_call
 from harness.scenario import Scenario, ScenarioReport
@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="training budget in the scenario's own unit (`rpc-harness list` names it)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario config field")
     add_option(run, "deadline", default=COMMAND_LINE_DEADLINE,
-               help=f"deadline of each world in seconds (default: {COMMAND_LINE_DEADLINE:g})")
+               help=f"deadline of each world in seconds (default: {COMMAND_LINE_DEADLINE:g}, for whole "
+                    f"training runs; a test's world has {DEFAULT_DEADLINE:g})")
     add_option(run, "fuzz", default=0.0)
     add_option(run, "schedule", default="free",
                help="the order of each world's steps: free (the operating system's, the default), controlled "
@@ -101,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="run a failing world again from its repro token")
     replay.add_argument("token", help="the token printed after 'rpc-harness replay'")
     add_option(replay, "deadline", default=COMMAND_LINE_DEADLINE,
-               help=f"deadline of the world in seconds (default: {COMMAND_LINE_DEADLINE:g})")
+               help=f"deadline of the world in seconds (default: {COMMAND_LINE_DEADLINE:g}, as for run: a "
+                    "token may hold a whole training run; the token does not carry the deadline it failed under)")
     replay.add_argument("--out", default=None, help="folder for the trace, timeline and curves")
     replay.add_argument("--progress", choices=PROGRESS_MODES, default="auto", help="progress bar style, as for run")
     replay.set_defaults(func=cmd_replay)

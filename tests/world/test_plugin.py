@@ -170,7 +170,8 @@ def test_seeded(rpc_world):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--rpc-seed=abc"], "--rpc-seed: invalid seed 'abc'"),
+        (["--rpc-seed=abc"], "--rpc-seed: invalid seed 'abc'; use a whole number 0..2**63-1"),
+        (["--rpc-seed=-1"], "--rpc-seed: invalid seed -1; use a whole number 0..2**63-1"),
         (["--rpc-deadline=soon"], "--rpc-deadline: invalid deadline 'soon'"),
         (["--rpc-deadline=-1"], "--rpc-deadline: invalid deadline '-1'; use seconds > 0"),
         (["--rpc-call-timeout=0"], "--rpc-call-timeout: invalid rpc_timeout '0'; use seconds > 0"),
