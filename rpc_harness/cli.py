@@ -60,8 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _versions() -> str:
     """What a bug report needs: this harness's version, torch's and Python's."""
-    return (f"rpc-harness {metadata.version('rpc-harness')} (torch {metadata.version('torch')}, "
+    return (f"rpc-harness {_installed('rpc-harness')} (torch {_installed('torch')}, "
             f"Python {platform.python_version()})")
+
+
+def _installed(distribution: str) -> str:
+    # Built with every parser: a source tree run without installing must not fail on it.
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -65,3 +65,14 @@ def test_version_names_the_harness_torch_and_python(capsys):
     out = capsys.readouterr().out.strip()
     assert out.startswith("rpc-harness 0.") and f"torch {torch.__version__.split('+')[0]}" in out, out
     assert out.endswith(f"Python {platform.python_version()})"), out
+
+
+def test_the_cli_runs_from_a_source_tree_never_installed(monkeypatch, capsys):
+    from importlib import metadata
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    assert main(["--version"]) == 0  # the parser, built for every command, asks for the versions
+    assert capsys.readouterr().out.startswith("rpc-harness (not installed) (torch (not installed), Python ")
