@@ -23,6 +23,10 @@ import threading
 from typing import TextIO
 
 _THREAD_NAME = "rpc-harness-stacks"
+# The last line of every answer. A reader sees a file grow while a write is
+# still being copied in (Linux fills it page by page), so an answer is whole
+# only once this line is in; the report leaves it out.
+END = "(end of stacks)"
 
 
 def arm(stacks: TextIO, request_path: str) -> None:
@@ -54,14 +58,24 @@ def request(request_path: str) -> bool:
 
 
 def _answer(fd: int, stacks: TextIO) -> None:
+    out = stacks.fileno()
     while os.read(fd, 4096):
-        stacks.write(dump())
-        stacks.flush()
+        # Past the file object's buffer, which would hold back a piece of a
+        # large dump until the next: the end line goes out with the rest.
+        data = dump().encode()
+        while data:
+            data = data[os.write(out, data):]
+
+
+def answered(text: str) -> bool:
+    """Whether ``text``, what a rank wrote since it was asked, holds a whole answer."""
+    return f"\n{END}\n" in text
 
 
 def dump() -> str:
     """Every thread's stack but this module's own, innermost frame first, in
-    faulthandler's form: one block per thread, blocks apart by a blank line."""
+    faulthandler's form (one block per thread, blocks apart by a blank line),
+    then the END line."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     blocks = []
     for ident, frame in sys._current_frames().items():
@@ -72,4 +86,4 @@ def dump() -> str:
             lines.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno or 0} in {frame.f_code.co_name}')
             frame = frame.f_back
         blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) + "\n\n"
+    return "\n\n".join(blocks) + f"\n\n{END}\n\n"

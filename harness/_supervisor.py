@@ -341,21 +341,27 @@ class Supervisor:
         for rank in unarmed:
             _signal(self.procs[rank].pid, signal.SIGUSR1)
         # A frozen rank (SIGSTOP) answers neither way: no second wait for it.
-        silent = self._await_stacks(ranks) - set(unarmed) - self.frozen
+        silent = self._await_stacks(ranks, signalled=set(unarmed)) - set(unarmed) - self.frozen
         for rank in sorted(silent):
             _signal(self.procs[rank].pid, signal.SIGUSR1)
-        self._await_stacks(silent)
-        time.sleep(0.05)  # let the last dump finish its write
+        self._await_stacks(silent, signalled=silent)
+        if unarmed or silent:
+            time.sleep(0.05)  # faulthandler's dump has no end line: let it finish its write
 
-    def _await_stacks(self, ranks: list[int] | set[int]) -> set[int]:
-        """Wait at most _STACK_WAIT for a dump from each of ``ranks``; those with none."""
+    def _await_stacks(self, ranks: list[int] | set[int], *, signalled: set[int]) -> set[int]:
+        """Wait at most _STACK_WAIT for a dump from each of ``ranks``: a whole
+        answer, or any dump at all from the ``signalled``. Those with none."""
         until = time.monotonic() + _STACK_WAIT
         pending = set(ranks)
         while pending and time.monotonic() < until:
-            pending = {r for r in pending if not _stacks_written(self.workdir, r, self.stacks_read.get(r, 0))}
+            pending = {r for r in pending if not self._dumped(r, whole=r not in signalled)}
             if pending:
                 time.sleep(0.02)
         return pending
+
+    def _dumped(self, rank: int, *, whole: bool) -> bool:
+        written = _read_text(rank_file(self.workdir, rank, "stacks"))[self.stacks_read.get(rank, 0):]
+        return _stackdump.answered(written) if whole else bool(written)
 
     def kill_all(self) -> None:
         """SIGKILL every rank still running and reap it. Idempotent."""
@@ -445,13 +451,6 @@ class Supervisor:
             schedule_label=self.schedule_label,
             fuzz=self.spec.options.fuzz or 0.0,
         )
-
-
-def _stacks_written(workdir: str, rank: int, after: int = 0) -> bool:
-    try:
-        return os.path.getsize(rank_file(workdir, rank, "stacks")) > after
-    except OSError:
-        return False
 
 
 def _read_text(path: str) -> str:

@@ -36,3 +36,16 @@ def test_a_dump_right_under_faulthandlers_is_read_thread_by_thread():
     out = annotate_stacks(text)
     assert "line 488 in stuck_in_c" in out and "line 490 in stuck_in_c" in out, out
     assert " in watch" not in out
+
+
+def test_an_answer_is_whole_only_with_its_end_line_which_the_report_leaves_out():
+    from harness import _stackdump
+    from harness._stacks import annotate_stacks
+
+    answer = _stackdump.dump()
+    assert _stackdump.answered(answer)
+    # A reader can see a write half copied in: without its end line, an answer is not whole yet.
+    assert not _stackdump.answered(answer[: answer.index(_stackdump.END)])
+    shown = annotate_stacks(answer + answer)
+    assert _stackdump.END not in shown
+    assert shown.count('"MainThread" (most recent call first)') == 2

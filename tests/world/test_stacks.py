@@ -52,7 +52,8 @@ def test_a_rank_holding_the_gil_in_c_still_gets_its_stacks(assert_gone):
 
 # A process that arms the dump and keeps threads starting and ending, as
 # torch's RPC thread pool does. faulthandler's all-threads dump on SIGUSR1
-# killed such a process with SIGSEGV within 1 to 27 dumps, 20 times in 20.
+# killed such a process (8 threads) with SIGSEGV within 1 to 27 dumps, 20
+# times in 20.
 CHURNING = textwrap.dedent("""
     import sys, threading, time
     from harness import _stackdump
@@ -64,7 +65,7 @@ CHURNING = textwrap.dedent("""
             thread.join()
 
     _stackdump.arm(open(sys.argv[1], "w"), sys.argv[2])
-    for _ in range(8):
+    for _ in range(16):  # a dump of ~14 KB: past a file object's 8 KB buffer
         threading.Thread(target=churn, daemon=True).start()
     print("ready", flush=True)
     time.sleep(120)
@@ -80,12 +81,16 @@ def test_asking_200_times_never_crashes_a_process_whose_threads_come_and_go(tmp_
             size = stacks.stat().st_size
             assert _stackdump.request(fifo)
             until = time.monotonic() + 30
-            while stacks.stat().st_size == size and proc.poll() is None and time.monotonic() < until:
+            # As the supervisor waits: for the answer's end line, not for growth.
+            while not _stackdump.answered(stacks.read_text()[size:]) and proc.poll() is None \
+                    and time.monotonic() < until:
                 time.sleep(0.001)
             assert proc.poll() is None, f"the process died (exit {proc.returncode}) at request {asked}"
-            assert stacks.stat().st_size > size, f"request {asked} got no dump in 30 s"
+            new = stacks.read_text()[size:]
+            assert _stackdump.answered(new), f"request {asked} got no whole answer in 30 s: {len(new)} characters"
+            assert new.count('"MainThread" (most recent call first)') == 1, f"request {asked}: not one dump"
         text = stacks.read_text()
-        assert text.count('"MainThread" (most recent call first)') >= 200
+        assert text.count('"MainThread" (most recent call first)') == 200
         assert " in churn" in text and " in <module>" in text
         assert "rpc-harness-stacks" not in text, "the answering thread leaves itself out"
     finally:
