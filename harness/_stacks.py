@@ -18,7 +18,6 @@ _RANK_FILE = os.path.join("harness", "_rank.py")
 _HOOKS_FILE = os.path.join("harness", "_rpc_hooks.py")
 _WATCH_FILE = os.path.join("harness", "rank_setup.py")
 _DUMPER_FILE = os.path.join("harness", "_stackdump.py")
-_DUMP_END = _stackdump.END  # the line that closes each of a rank's own answers
 # One thread's block from the next: a blank line, or a thread's header line.
 # faulthandler ends its dump without a blank line, so a dump that follows
 # another (its fallback's, then the rank's own) starts right under it.
@@ -33,7 +32,8 @@ def annotate_stacks(text: str) -> str:
     rank's entry."""
     blocks = []
     for block in _THREADS_RE.split(text.strip()):
-        lines = [line for line in block.strip("\n").splitlines() if line != _DUMP_END]
+        # Each of a rank's own answers ends with its END line: not a frame.
+        lines = [line for line in block.strip("\n").splitlines() if line != _stackdump.END]
         if not lines:
             continue
         if any(_WATCH_FILE in line and line.endswith(" in watch") for line in lines):

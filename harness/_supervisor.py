@@ -337,11 +337,11 @@ class Supervisor:
         or one that did not answer, where no thread of it could take the GIL."""
         if not ranks:
             return
-        unarmed = [r for r in ranks if not _stackdump.request(rank_file(self.workdir, r, "dump"))]
-        for rank in unarmed:
+        unarmed = {r for r in ranks if not _stackdump.request(rank_file(self.workdir, r, "dump"))}
+        for rank in sorted(unarmed):
             _signal(self.procs[rank].pid, signal.SIGUSR1)
         # A frozen rank (SIGSTOP) answers neither way: no second wait for it.
-        silent = self._await_stacks(ranks, signalled=set(unarmed)) - set(unarmed) - self.frozen
+        silent = self._await_stacks(ranks, signalled=unarmed) - unarmed - self.frozen
         for rank in sorted(silent):
             _signal(self.procs[rank].pid, signal.SIGUSR1)
         self._await_stacks(silent, signalled=silent)
