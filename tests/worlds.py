@@ -13,6 +13,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 import harness
+from harness._boot import rank_file
 
 # Where this module was imported: in the forkserver (which preloads it, as
 # the ini's rpc_preload asks), or in a rank that had to import it itself.
@@ -487,3 +488,18 @@ def holds_the_gil_in_c(ctx):
     if ctx.rank == 1:
         ctypes.PyDLL(ctypes.util.find_library("c")).sleep(60)
     return ctx.rank
+
+
+def aborts_when_asked_for_stacks(ctx):
+    """Rank 1 aborts itself 25 ms after the harness asks for its stacks, as
+    torch aborts a rank whose peer died while the world is being stopped;
+    rank 0 fails, which starts that."""
+    if ctx.rank == 1:
+        stacks = rank_file(ctx.workdir, 1, "stacks")
+        while os.path.getsize(stacks) == 0:
+            time.sleep(0.001)
+        # Past the supervisor's polling (every 20 ms), inside its 50 ms grace.
+        time.sleep(0.025)
+        os.abort()
+    time.sleep(0.3)
+    raise RuntimeError("rank 0 fails")

@@ -97,3 +97,13 @@ def test_asking_200_times_never_crashes_a_process_whose_threads_come_and_go(tmp_
         proc.kill()
         proc.wait()
         proc.stdout.close()
+
+
+def test_a_survivor_dying_by_its_own_hand_as_the_world_is_stopped_is_not_labelled_stopped(assert_gone):
+    # The supervisor gives the survivors a grace after their stacks and before
+    # SIGKILL (50 ms): rank 1 aborts 25 ms after it was asked, within it.
+    result = harness.run_world(worlds.aborts_when_asked_for_stacks, world_size=2, check=False)
+    assert result[0].status == "raised"
+    assert result[1].signal == "SIGABRT" and result[1].status == "died", result[1].describe()
+    assert "stopped by the harness" not in result[1].describe()
+    assert_gone(pids_of(result))
