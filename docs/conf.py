@@ -49,19 +49,19 @@ html_title = "rpc-harness"
 
 def _check_public_api(app, env):
     """Fail the build (a warning, and -W) when a public name has no entry in
-    the API reference: ``harness.__all__`` and ``harness.strategies``."""
+    the API reference: ``rpc_harness.__all__`` and ``rpc_harness.strategies``."""
     import inspect
 
     from sphinx.util import logging
 
-    import harness
-    import harness.strategies
+    import rpc_harness
+    import rpc_harness.strategies
 
     documented = set(env.get_domain("py").objects)
-    public = [(harness, name) for name in harness.__all__]
-    public += [(harness.strategies, name) for name, value in vars(harness.strategies).items()
+    public = [(harness, name) for name in rpc_harness.__all__]
+    public += [(rpc_harness.strategies, name) for name, value in vars(rpc_harness.strategies).items()
                if not name.startswith("_") and inspect.isfunction(value)
-               and value.__module__ == "harness.strategies"]
+               and value.__module__ == "rpc_harness.strategies"]
     for module, name in public:
         value = getattr(module, name)
         names = {f"{module.__name__}.{name}"}

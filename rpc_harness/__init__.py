@@ -1,6 +1,71 @@
-"""rpc-harness's applications: the ``rpc-harness`` command (``cli``), its
-benchmarks (``bench``) and the torchrun runner (``torchrun``).
+"""rpc-harness: real multi-process torch.distributed.rpc worlds for tests.
 
-They sit above both the library (``harness``) and the scenarios, which they
-find only through the scenario registry. The library itself is ``harness``.
+The public API. Nothing here imports torch or pytest at import time: ranks
+import torch in the forkserver, and ``pytest --help`` stays fast.
 """
+
+from ._launcher import launch, preload, raise_for_failures, run_world, spawn
+from .context import RankContext, current_context, failpoint, progress
+from .errors import (
+    FaultPlanError,
+    GradientMismatch,
+    HarnessError,
+    InjectedFault,
+    MissingExtra,
+    ReplayError,
+    ScenarioError,
+    Unsupported,
+    UsageError,
+    WorldFailed,
+    WorldSpecError,
+    WorldTimeout,
+)
+from .explore import Exploration, explore
+from .faults import Fault, FaultPlan
+from .options import DEFAULT_DEADLINE, WorldOptions
+from .progress import Progress, ProgressBar
+from .result import RankOutcome, WorldResult
+from .scenario import Scenario, ScenarioReport, check_report, run_scenario
+from .seeds import derive_seed
+from .spec import WorldSpec, make_spec
+
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "Exploration",
+    "Fault",
+    "FaultPlan",
+    "FaultPlanError",
+    "GradientMismatch",
+    "HarnessError",
+    "InjectedFault",
+    "MissingExtra",
+    "Progress",
+    "ProgressBar",
+    "RankContext",
+    "RankOutcome",
+    "ReplayError",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioReport",
+    "Unsupported",
+    "UsageError",
+    "WorldFailed",
+    "WorldResult",
+    "WorldOptions",
+    "WorldSpec",
+    "WorldSpecError",
+    "WorldTimeout",
+    "check_report",
+    "current_context",
+    "derive_seed",
+    "explore",
+    "failpoint",
+    "launch",
+    "make_spec",
+    "preload",
+    "progress",
+    "raise_for_failures",
+    "run_scenario",
+    "run_world",
+    "spawn",
+]

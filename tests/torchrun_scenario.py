@@ -1,5 +1,5 @@
 """A tiny scenario for the torchrun and registry tests: ``SCENARIO`` has
-the shape :class:`harness.scenario.Scenario` asks for, as anyone's would.
+the shape :class:`rpc_harness.scenario.Scenario` asks for, as anyone's would.
 
 Rank 0 (``owner``) holds a weight matrix; every other rank (``worker{k}``)
 runs a few steps of real RPC and distributed autograd against it: it sends
@@ -20,9 +20,9 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
-import harness
-from harness.gradcheck import compare as compare_tensors
-from harness.scenario import Comparison, Outcome, Verdict, require_world_size
+import rpc_harness
+from rpc_harness.gradcheck import compare as compare_tensors
+from rpc_harness.scenario import Comparison, Outcome, Verdict, require_world_size
 
 NAME = "tiny"
 FAILPOINTS = ("tiny.step",)
@@ -50,12 +50,12 @@ def names(world_size: int) -> tuple[str, ...]:
 
 
 def initial_weight(seed: int, dim: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(harness.derive_seed(seed, "weight"))
+    gen = torch.Generator().manual_seed(rpc_harness.derive_seed(seed, "weight"))
     return torch.randn(dim, dim, generator=gen)
 
 
 def inputs(seed: int, worker: str, step: int, dim: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(harness.derive_seed(seed, "input", worker, step))
+    gen = torch.Generator().manual_seed(rpc_harness.derive_seed(seed, "input", worker, step))
     return torch.randn(2, dim, generator=gen)
 
 
@@ -69,13 +69,13 @@ def _owner_weight(dim: int) -> torch.Tensor:
     global _weight
     with _lock:
         if _weight is None:
-            ctx = harness.current_context()
+            ctx = rpc_harness.current_context()
             _weight = initial_weight(ctx.world_seed, dim).requires_grad_()
         return _weight
 
 
 def _forward(x: torch.Tensor, dim: int) -> torch.Tensor:
-    harness.failpoint("tiny.step")
+    rpc_harness.failpoint("tiny.step")
     return torch.tanh(x @ _owner_weight(dim))
 
 

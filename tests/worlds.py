@@ -12,8 +12,8 @@ import time
 import torch
 import torch.distributed.rpc as rpc
 
-import harness
-from harness._boot import rank_file
+import rpc_harness
+from rpc_harness._boot import rank_file
 
 # Where this module was imported: in the forkserver (which preloads it, as
 # the ini's rpc_preload asks), or in a rank that had to import it itself.
@@ -35,7 +35,7 @@ def identity(ctx):
         "world_seed": ctx.world_seed,
         "rand": torch.rand(3).tolist(),
         "same_everywhere": ctx.derive_seed("shared"),
-        "current_is_ctx": harness.current_context() is ctx,
+        "current_is_ctx": rpc_harness.current_context() is ctx,
         "pid": os.getpid(),
     }
 
@@ -64,13 +64,13 @@ def rank2_raises(ctx):
 
 
 def hang_at_step(ctx):
-    harness.failpoint("test.step")
+    rpc_harness.failpoint("test.step")
     return ctx.rank
 
 
 def step_three_times(ctx):
     for _ in range(3):
-        harness.failpoint("test.step")
+        rpc_harness.failpoint("test.step")
     return ctx.hits()
 
 
@@ -101,7 +101,7 @@ def sleep_forever(ctx, pid_dir):
 
 def report_progress(rank):
     """Report from an RPC handler thread, not from the entry."""
-    harness.progress(1, 1, "calls", handled_by=float(rank))
+    rpc_harness.progress(1, 1, "calls", handled_by=float(rank))
     return rank
 
 
@@ -110,7 +110,7 @@ def progress_main_and_handler(ctx):
     a handler; rank 1's entry reports nothing itself."""
     if ctx.rank == 0:
         for i in range(5):
-            harness.progress(i + 1, 5, "items", loss=1.0 / (i + 1))
+            rpc_harness.progress(i + 1, 5, "items", loss=1.0 / (i + 1))
         rpc.rpc_sync(ctx.names[1], report_progress, args=(1,))
     return ctx.rank
 
@@ -234,7 +234,7 @@ def timed_steps(ctx, steps):
     took = []
     for _ in range(steps):
         started = time.monotonic()
-        harness.failpoint("test.step")
+        rpc_harness.failpoint("test.step")
         took.append(time.monotonic() - started)
     return took
 
@@ -245,7 +245,7 @@ def logged_steps(ctx, steps):
     fault that ends the rank shows in which call it struck."""
     for step in range(1, steps + 1):
         ctx.event("step.before", step=step)
-        harness.failpoint("test.step")
+        rpc_harness.failpoint("test.step")
         ctx.event("step.after", step=step)
     return steps
 
@@ -255,8 +255,8 @@ def steps_catching_faults(ctx, steps):
     raised = []
     for step in range(1, steps + 1):
         try:
-            harness.failpoint("test.step")
-        except harness.InjectedFault:
+            rpc_harness.failpoint("test.step")
+        except rpc_harness.InjectedFault:
             raised.append(step)
     return raised
 
@@ -279,7 +279,7 @@ def steps_watching_for_hangs(ctx, steps):
 
     hung = []
     for step in range(1, steps + 1):
-        thread = threading.Thread(target=harness.failpoint, args=("test.step",), daemon=True)
+        thread = threading.Thread(target=rpc_harness.failpoint, args=("test.step",), daemon=True)
         thread.start()
         while thread.is_alive():
             if _inside(sys._current_frames().get(thread.ident), "hang_at_failpoint"):
@@ -325,7 +325,7 @@ def loopback_pinning(ctx):
 
 
 def _dies_here():
-    harness.failpoint("peer.die")
+    rpc_harness.failpoint("peer.die")
 
 
 def cleanup_retried_after_its_peer_died(ctx, tries=2):
@@ -388,7 +388,7 @@ def records_lines(ctx, path, calls, target="record_line"):
     for i in range(1, calls + 1):
         try:
             globals()[target](path, str(i))
-        except harness.InjectedFault:
+        except rpc_harness.InjectedFault:
             raised.append(i)
     return raised
 

@@ -1,7 +1,7 @@
 """Measure what controlled schedules promise (issue 20), on two racy worlds:
 the parameter-server tutorial as printed (2 trainers, ``tests/programs/
 tutorial_ps_mnist.py``) and a lost update in a served handler
-(``rpc_harness/races.py``).
+(``rpc_harness/apps/races.py``).
 
     python tools/measure_schedules.py [--seeds 10] [--reruns 5] [--hogged 20] [--json PATH]
 
@@ -31,15 +31,15 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 def worlds() -> dict:
     from programs import tutorial_ps_mnist
 
-    import harness
-    from rpc_harness import races
+    import rpc_harness
+    from rpc_harness.apps import races
 
-    def ps(seed: int) -> harness.WorldResult:
-        return harness.spawn(tutorial_ps_mnist.main, args=(3, 2), nprocs=3, seed=seed, schedule="controlled",
+    def ps(seed: int) -> rpc_harness.WorldResult:
+        return rpc_harness.spawn(tutorial_ps_mnist.main, args=(3, 2), nprocs=3, seed=seed, schedule="controlled",
                              deadline=120, check=False)
 
-    def lost(seed: int) -> harness.WorldResult:
-        return harness.spawn(races.run_worker, args=(4,), nprocs=4, seed=seed, schedule="controlled", deadline=60,
+    def lost(seed: int) -> rpc_harness.WorldResult:
+        return rpc_harness.spawn(races.run_worker, args=(4,), nprocs=4, seed=seed, schedule="controlled", deadline=60,
                              check=False)
 
     return {"ps tutorial (2 trainers)": ps, "lost update": lost}

@@ -4,7 +4,7 @@
 
     python tools/soak_ddp_rpc.py [-n RUNS] [--parallel 2] [--plain]
 
-runs ``tests/programs/ddp_rpc.py`` RUNS times under ``harness.spawn``,
+runs ``tests/programs/ddp_rpc.py`` RUNS times under ``rpc_harness.spawn``,
 ``--parallel`` worlds at once (each stream of worlds in a process of its own,
 as ``pytest -n 2`` runs them), and prints every failed world's summary and the
 count. ``--plain`` runs the same program under ``torch.multiprocessing.spawn``
@@ -30,11 +30,11 @@ def stream(runs: int, first_seed: int) -> None:
     sys.path.insert(0, TESTS)
     from programs import ddp_rpc
 
-    import harness
+    import rpc_harness
 
     for index in range(runs):
         started = time.monotonic()
-        result = harness.spawn(ddp_rpc.run_worker, args=(4,), nprocs=4, seed=first_seed + index, deadline=60,
+        result = rpc_harness.spawn(ddp_rpc.run_worker, args=(4,), nprocs=4, seed=first_seed + index, deadline=60,
                                check=False)
         failed = [r.describe() for r in result if r.status != "ok"]
         errors = sorted({line.strip() for r in result for line in (r.traceback or "").splitlines()
@@ -93,7 +93,7 @@ def main() -> int:
         proc.wait()
     failures = sum(1 for o in outcomes if not o["ok"])
     lost = args.runs - len(outcomes)
-    print(f"harness.spawn, {args.parallel} worlds at once: {failures} of {len(outcomes)} runs failed"
+    print(f"rpc_harness.spawn, {args.parallel} worlds at once: {failures} of {len(outcomes)} runs failed"
           + (f" ({lost} never reported: a stream crashed)" if lost else ""))
     return int(failures > 0 or lost > 0)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rpc_harness import bench
+from rpc_harness.apps import bench
 
 
 def test_the_table_quotes_every_figure():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rpc_harness.cli import main
+from rpc_harness.apps.cli import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -4,19 +4,19 @@ contracts holding; these show that each clause can fail.)"""
 
 from __future__ import annotations
 
-import harness
-from harness.events import FaultFired
-from harness.result import KILLED, OK, RAISED
-from scenarios import parameter_server as ps
-from scenarios import rl, rnn
+import rpc_harness
+from rpc_harness.events import FaultFired
+from rpc_harness.result import KILLED, OK, RAISED
+from rpc_harness.scenarios import parameter_server as ps
+from rpc_harness.scenarios import rl, rnn
 
 
 def outcome(rank, name, status=OK, error=None, events=()):
-    return harness.RankOutcome(rank, name, status=status, error=error, events=list(events))
+    return rpc_harness.RankOutcome(rank, name, status=status, error=error, events=list(events))
 
 
 def world(names, ranks, faults="", deadline=60.0):
-    return harness.WorldResult(names=tuple(names), seed=0, faults=harness.FaultPlan.parse(faults),
+    return rpc_harness.WorldResult(names=tuple(names), seed=0, faults=rpc_harness.FaultPlan.parse(faults),
                                deadline=deadline, ranks=ranks)
 
 

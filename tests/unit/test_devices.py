@@ -1,4 +1,4 @@
-"""CUDA device maps in a world (harness._devices): which TensorPipe channels
+"""CUDA device maps in a world (rpc_harness._devices): which TensorPipe channels
 a world asks for, and the refusal where CUDA is not available."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import _devices
-from harness.errors import Unsupported
-from harness.rank_setup import tensorpipe_options
+from rpc_harness import _devices
+from rpc_harness.errors import Unsupported
+from rpc_harness.rank_setup import tensorpipe_options
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 

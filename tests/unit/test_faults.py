@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import Fault, FaultPlan, FaultPlanError
-from harness import strategies as hs
-from harness.faults import RETRYABLE_MESSAGE_TYPES
+from rpc_harness import Fault, FaultPlan, FaultPlanError
+from rpc_harness import strategies as hs
+from rpc_harness.faults import RETRYABLE_MESSAGE_TYPES
 
 
 def test_the_documented_examples_parse():

@@ -12,14 +12,14 @@ from importlib import metadata
 import pytest
 import torch
 
-import harness
-from harness import options as O
-from harness import scenario as registry
-from harness.errors import ReplayError
-from harness.repro import Repro, decode
-from rpc_harness import cli
-from scenarios import _rpc, rl, rnn
-from scenarios import parameter_server as ps
+import rpc_harness
+from rpc_harness import options as O
+from rpc_harness import scenario as registry
+from rpc_harness.apps import cli
+from rpc_harness.errors import ReplayError
+from rpc_harness.repro import Repro, decode
+from rpc_harness.scenarios import _rpc, rl, rnn
+from rpc_harness.scenarios import parameter_server as ps
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -94,7 +94,7 @@ def test_3_is_dead_pings_exactly_three_times_before_calling_a_silent_peer_dead(m
 
 
 def test_5_the_default_bring_up_budget_is_60_s_or_half_a_second_a_rank():
-    from harness.spec import make_spec
+    from rpc_harness.spec import make_spec
 
     assert [O.default_bringup(n) for n in (1, 2, 120, 121, 256)] == [60.0, 60.0, 60.0, 60.5, 128.0]
     assert make_spec("worlds:identity", 256).bringup == 128.0
@@ -193,7 +193,7 @@ def test_7_a_report_is_ok_only_when_contract_outcome_coverage_and_every_tensor_a
     assert report().ok
     assert not report(outcome_ok=False, outcome_note="held-out accuracy 0.1 is not above 0.5").ok
     assert not report(contract_ok=False).ok
-    mismatch = harness.gradcheck.Mismatch("ps", 0, "trainer1", "fc1.weight", 1.0, 1.0, 1e-6, 1e-5, 1)
+    mismatch = rpc_harness.gradcheck.Mismatch("ps", 0, "trainer1", "fc1.weight", 1.0, 1.0, 1e-6, 1e-5, 1)
     assert not report(mismatches=[mismatch]).ok
     assert not report(grads_checked=7, grads_expected=8).ok
     assert report(grads_checked=8, grads_expected=8).ok
@@ -240,8 +240,8 @@ class _Stub:
 
 
 def stub_world():
-    return harness.WorldResult(names=("a", "b"), seed=1, faults=harness.FaultPlan(), deadline=5.0,
-                               ranks=[harness.RankOutcome(0, "a", status="ok"), harness.RankOutcome(1, "b", status="ok")])
+    return rpc_harness.WorldResult(names=("a", "b"), seed=1, faults=rpc_harness.FaultPlan(), deadline=5.0,
+                               ranks=[rpc_harness.RankOutcome(0, "a", status="ok"), rpc_harness.RankOutcome(1, "b", status="ok")])
 
 
 def test_7_the_judge_carries_the_outcome_verdict_into_the_report():
@@ -393,7 +393,7 @@ def test_12_two_folders_holding_one_distribution_on_sys_path(tmp_path, monkeypat
     # The same distribution's metadata in two folders on sys.path, the way
     # importlib cannot tell they are one (a dist-info and an egg-info whose
     # folder names differ): the registry must not refuse it as two packages.
-    entry = "[rpc_harness.scenarios]\nps = scenarios.parameter_server:SCENARIO\n"
+    entry = "[rpc_harness.scenarios]\nps = rpc_harness.scenarios.parameter_server:SCENARIO\n"
     for folder, meta in (("site", "rpc_harness_copy-0.1.dist-info"), ("source", "rpc-harness-copy.egg-info")):
         where = tmp_path / folder / meta
         where.mkdir(parents=True)
@@ -403,7 +403,7 @@ def test_12_two_folders_holding_one_distribution_on_sys_path(tmp_path, monkeypat
         monkeypatch.syspath_prepend(str(tmp_path / folder))
     seen = [p for p in metadata.entry_points(group=registry.ENTRY_POINT_GROUP) if p.name == "ps"]
     assert len(seen) >= 2, "importlib hands the registry the scenario more than once"
-    assert registry.registry()["ps"].value == "scenarios.parameter_server:SCENARIO"
+    assert registry.registry()["ps"].value == "rpc_harness.scenarios.parameter_server:SCENARIO"
     assert registry.load("ps") is ps.SCENARIO
 
 
@@ -423,6 +423,6 @@ def no_world(monkeypatch):
         asked.append(kwargs)
         raise Started
 
-    monkeypatch.setattr("harness._launcher.run_world", refuse)
-    monkeypatch.setattr("harness._launcher.spawn", refuse)
+    monkeypatch.setattr("rpc_harness._launcher.run_world", refuse)
+    monkeypatch.setattr("rpc_harness._launcher.spawn", refuse)
     return asked

@@ -8,8 +8,8 @@ import re
 import pytest
 import worlds
 
-import harness
-from harness import WorldSpecError
+import rpc_harness
+from rpc_harness import WorldSpecError
 
 
 @pytest.mark.parametrize(
@@ -20,7 +20,7 @@ from harness import WorldSpecError
 )
 def test_a_bad_env_is_refused_before_any_rank_starts(env, message):
     with pytest.raises(WorldSpecError, match=re.escape(message)):
-        harness.run_world(worlds.thread_count, world_size=2, env=env)
+        rpc_harness.run_world(worlds.thread_count, world_size=2, env=env)
 
 
 @pytest.mark.parametrize(
@@ -42,15 +42,15 @@ def test_a_bad_env_is_refused_before_any_rank_starts(env, message):
     ],
 )
 def test_bad_input_is_rejected_before_any_process_starts(monkeypatch, kwargs, message):
-    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(ValueError) as caught:
-        harness.run_world(worlds.identity, **kwargs)
+        rpc_harness.run_world(worlds.identity, **kwargs)
     assert message in str(caught.value)
-    assert isinstance(caught.value, harness.HarnessError)
+    assert isinstance(caught.value, rpc_harness.HarnessError)
 
 
 def test_entries_must_be_importable_by_name(monkeypatch):
-    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
 
     def nested(ctx):
         return 1
@@ -64,34 +64,34 @@ def test_entries_must_be_importable_by_name(monkeypatch):
         ("worlds.identity", "is not of the form"),
     ]:
         with pytest.raises(WorldSpecError) as caught:
-            harness.run_world(entry, world_size=2)
+            rpc_harness.run_world(entry, world_size=2)
         assert message in str(caught.value)
 
 
 def test_arguments_that_cannot_be_pickled_are_refused_before_any_process_starts(monkeypatch):
-    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(WorldSpecError, match="the entry's args/kwargs cannot be pickled for the ranks"):
-        harness.run_world(worlds.sleep_forever, world_size=2, args=(lambda: 1,))
+        rpc_harness.run_world(worlds.sleep_forever, world_size=2, args=(lambda: 1,))
 
 
 def test_a_spawned_programs_signature_is_checked_against_its_arguments(monkeypatch):
-    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(WorldSpecError, match=r"spawn\(\): worlds:add\(a, b\) cannot be called as add\(rank, 1, 2\): "
                                              "too many positional arguments"):
-        harness.spawn(worlds.add, args=(1, 2), nprocs=2)
+        rpc_harness.spawn(worlds.add, args=(1, 2), nprocs=2)
     with pytest.raises(WorldSpecError, match="invalid nprocs 0; use 1..256"):
-        harness.spawn(worlds.add, args=(1,), nprocs=0)
+        rpc_harness.spawn(worlds.add, args=(1,), nprocs=0)
 
 
 def test_failpoints_outside_a_world_do_nothing():
-    assert harness.current_context() is None
-    harness.failpoint("anything")  # must not raise
+    assert rpc_harness.current_context() is None
+    rpc_harness.failpoint("anything")  # must not raise
 
 
 def test_message_faults_are_refused_past_33_ranks_before_any_process_starts(monkeypatch):
-    monkeypatch.setattr(harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(WorldSpecError, match="message faults and schedule fuzzing work in worlds of at most 33 ranks"):
-        harness.run_world(worlds.ring, world_size=34, fuzz=0.001)
+        rpc_harness.run_world(worlds.ring, world_size=34, fuzz=0.001)
 
     class Launched(Exception):
         pass
@@ -99,17 +99,17 @@ def test_message_faults_are_refused_past_33_ranks_before_any_process_starts(monk
     def launched(spec, **options):
         raise Launched(spec.world_size)
 
-    monkeypatch.setattr(harness._launcher, "launch", launched)
+    monkeypatch.setattr(rpc_harness._launcher, "launch", launched)
     for plan, fuzz in (("msgfail:worker0@RREF_USER_DELETE=1", None), (None, 0.001)):
         with pytest.raises(Launched):  # 33 is allowed
-            harness.run_world(worlds.ring, world_size=33, faults=plan, fuzz=fuzz)
+            rpc_harness.run_world(worlds.ring, world_size=33, faults=plan, fuzz=fuzz)
 
 
 def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_path):
     import subprocess
     import sys
 
-    from harness import _workdirs
+    from rpc_harness import _workdirs
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone_pid = int(dead.stdout)
@@ -129,7 +129,7 @@ def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_p
 
 
 def test_a_temp_folder_too_deep_for_the_forkservers_socket_is_refused_naming_it():
-    harness._launcher.check_socket_folder("/tmp/pymp-abcdefgh")  # what a usual TMPDIR gives
+    rpc_harness._launcher.check_socket_folder("/tmp/pymp-abcdefgh")  # what a usual TMPDIR gives
     deep = "/tmp/" + "x" * 90 + "/pymp-abcdefgh"
     with pytest.raises(WorldSpecError, match="is too deep for the forkserver's unix socket .* set TMPDIR to a shorter"):
-        harness._launcher.check_socket_folder(deep)
+        rpc_harness._launcher.check_socket_folder(deep)

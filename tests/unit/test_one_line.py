@@ -1,8 +1,8 @@
-"""One line of an error (harness.errors.one_line), as a rank's report line shows it."""
+"""One line of an error (rpc_harness.errors.one_line), as a rank's report line shows it."""
 
 from __future__ import annotations
 
-from harness.errors import one_line
+from rpc_harness.errors import one_line
 
 
 def test_an_assert_pytest_rewrote_keeps_its_comparison_after_the_authors_message():

@@ -1,4 +1,4 @@
-"""World options are declared once (harness.options): every door reads that
+"""World options are declared once (rpc_harness.options): every door reads that
 declaration, and the public signatures name exactly the declared options."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import harness
-from harness import options as O
-from harness.pytest_plugin import MARKER_KEYS, SESSION_OPTIONS, RpcWorld
-from harness.repro import Repro, decode
+import rpc_harness
+from rpc_harness import options as O
+from rpc_harness.pytest_plugin import MARKER_KEYS, SESSION_OPTIONS, RpcWorld
+from rpc_harness.repro import Repro, decode
 
 # What the public functions take besides world options: the world's shape,
 # what runs, and how the call behaves.
@@ -21,7 +21,7 @@ NOT_OPTIONS = {"entry", "fn", "world_size", "nprocs", "names", "args", "kwargs",
                "self"}
 
 
-@pytest.mark.parametrize("function", [harness.run_world, harness.spawn, RpcWorld.run, RpcWorld.spawn],
+@pytest.mark.parametrize("function", [rpc_harness.run_world, rpc_harness.spawn, RpcWorld.run, RpcWorld.spawn],
                          ids=lambda f: f.__qualname__)
 def test_public_signatures_name_exactly_the_declared_options(function):
     keywords = set(inspect.signature(function).parameters) - NOT_OPTIONS
@@ -46,7 +46,7 @@ def test_every_door_is_read_from_the_declaration():
 @pytest.mark.parametrize("value", [0, -1.0, math.inf, -math.inf, math.nan, O.MAX_SECONDS * 2, True, "5"])
 def test_a_budget_out_of_range_is_refused_naming_where_it_came_from(name, value):
     what = {"bringup": "bring-up budget"}.get(name, name)
-    with pytest.raises(harness.WorldSpecError, match=rf"^here: invalid {what} "):
+    with pytest.raises(rpc_harness.WorldSpecError, match=rf"^here: invalid {what} "):
         O.WorldOptions.from_values({name: value}, where="here")
 
 
@@ -59,7 +59,7 @@ def test_seconds_are_accepted_exactly_when_finite_positive_and_at_most_a_week(va
     ok = math.isfinite(value) and 0 < value <= O.MAX_SECONDS
     try:
         checked = O.WorldOptions.from_values({"deadline": value}, where="here").deadline
-    except harness.WorldSpecError:
+    except rpc_harness.WorldSpecError:
         assert not ok
     else:
         assert ok and checked == value
@@ -70,7 +70,7 @@ def test_fuzz_is_accepted_exactly_in_zero_to_one(value):
     ok = 0 <= value <= O.MAX_FUZZ
     try:
         O.WorldOptions.from_values({"fuzz": value}, where="here")
-    except harness.WorldSpecError:
+    except rpc_harness.WorldSpecError:
         assert not ok
     else:
         assert ok
@@ -82,7 +82,7 @@ def test_the_largest_accepted_values_are_accepted_through_the_text_doors():
     assert O.DECLARED["seed"].read(str(2**63 - 1), "--seed") == 2**63 - 1
     for name, text in (("deadline", "inf"), ("deadline", "nan"), ("deadline", "0"), ("fuzz", "-0.1"),
                        ("seed", str(2**63)), ("seed", "-1"), ("rpc_timeout", "1e400")):
-        with pytest.raises(harness.WorldSpecError, match=f"--x: invalid .*'{text}'"):
+        with pytest.raises(rpc_harness.WorldSpecError, match=f"--x: invalid .*'{text}'"):
             O.DECLARED[name].read(text, "--x")
 
 
@@ -95,7 +95,7 @@ def test_token_options_round_trip_and_defaults_are_left_out():
 
 
 def test_unknown_world_options_are_refused():
-    with pytest.raises(harness.WorldSpecError, match=r"here: unknown world option\(s\) \['deadlin'\]"):
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"here: unknown world option\(s\) \['deadlin'\]"):
         O.WorldOptions.from_values({"deadlin": 5}, where="here")
 
 
@@ -121,7 +121,7 @@ def test_every_option_given_to_the_fixture_reaches_the_world(rpc_world, monkeypa
         launched.append(spec)
         raise _Launched
 
-    monkeypatch.setattr("harness._launcher.launch", launch)
+    monkeypatch.setattr("rpc_harness._launcher.launch", launch)
     with pytest.raises(_Launched):
         if how == "run":
             rpc_world.run("programs.echo:echo", world_size=2, **SAMPLES)
@@ -176,13 +176,13 @@ def door_text(name, value):
 
 def door_command_line(name, value):
     """An rpc-harness run flag, parsed by the command's own parser."""
-    from rpc_harness.cli import _parser
+    from rpc_harness.apps.cli import _parser
 
     flag = O.DECLARED[name].command_line
     try:
         args = _parser().parse_args(["run", "ps", f"{flag}={as_text(value)}"])
     except SystemExit:
-        raise harness.WorldSpecError(f"{flag} refused {value!r}") from None
+        raise rpc_harness.WorldSpecError(f"{flag} refused {value!r}") from None
     return getattr(args, name)
 
 
@@ -192,7 +192,7 @@ def door_token(name, value):
     import json
     import zlib
 
-    from harness.errors import ReplayError
+    from rpc_harness.errors import ReplayError
 
     field = O.DECLARED[name].token
     data = {"n": 2, "seed": 1, "e": "m:f", field: value}
@@ -200,7 +200,7 @@ def door_token(name, value):
     try:
         repro = decode("rpch1_" + base64.urlsafe_b64encode(zlib.compress(raw)).decode().rstrip("="))
     except ReplayError as error:
-        raise harness.WorldSpecError(str(error)) from None
+        raise rpc_harness.WorldSpecError(str(error)) from None
     return repro.seed if name == "seed" else repro.options.get(name, O.WorldOptions.__dataclass_fields__[name].default)
 
 
@@ -221,14 +221,14 @@ class SessionConfig:
 def door_session(name, value, where):
     """A pytest flag (``where="options"``) or ini key (``"ini"``), as the
     plugin reads them at start-up (a bad one is a usage error)."""
-    from harness.pytest_plugin import _session_values
+    from rpc_harness.pytest_plugin import _session_values
 
     key = O.DECLARED[name].ini
     config = SessionConfig(**{where: {key: as_text(value)}})
     try:
         return _session_values(config)[name][0]
     except pytest.UsageError as error:
-        raise harness.WorldSpecError(str(error)) from None
+        raise rpc_harness.WorldSpecError(str(error)) from None
 
 
 DOORS = {
@@ -246,7 +246,7 @@ def through(door, name, value):
     """(accepted, value that came through) for ``value`` at ``door``."""
     try:
         return True, DOORS[door][0](name, value)
-    except harness.WorldSpecError:
+    except rpc_harness.WorldSpecError:
         return False, None
 
 
@@ -272,19 +272,19 @@ def test_any_number_is_accepted_exactly_when_the_rule_says(door, name, value):
 @pytest.mark.parametrize("name", [n for n in NUMERIC if n != "seed"])
 def test_a_refused_value_names_the_door_it_came_through(name):
     spec = O.DECLARED[name]
-    with pytest.raises(harness.WorldSpecError, match=r"^run_world\(\): invalid .* inf"):
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"^run_world\(\): invalid .* inf"):
         door_argument(name, math.inf)
     if spec.flag:
-        with pytest.raises(harness.WorldSpecError, match=rf"^{spec.flag}: invalid .* 'nan'"):
+        with pytest.raises(rpc_harness.WorldSpecError, match=rf"^{spec.flag}: invalid .* 'nan'"):
             door_text(name, math.nan)
     if spec.token:
-        with pytest.raises(harness.WorldSpecError, match=rf"repro token field '{spec.token}': invalid .* nan"):
+        with pytest.raises(rpc_harness.WorldSpecError, match=rf"repro token field '{spec.token}': invalid .* nan"):
             door_token(name, math.nan)
 
 
 @pytest.mark.parametrize(("where", "key"), [("options", "rpc_seed"), ("ini", "rpc_seed")])
 def test_the_session_seed_takes_zero_to_two_to_the_63_minus_one_through_the_flag_and_the_ini(where, key):
-    from harness.pytest_plugin import _session_seed
+    from rpc_harness.pytest_plugin import _session_seed
 
     for text, ok in (("0", True), (str(2**63 - 1), True), ("-1", False), (str(2**63), False), ("nan", False),
                      ("inf", False), ("1.5", False), ("0x10", True)):

@@ -12,10 +12,10 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import Fault, FaultPlan, FaultPlanError, ReplayError, WorldSpecError
-from harness import scenario as registry
-from harness.faults import DELAYABLE_MESSAGE_TYPES, FAILPOINT_KINDS, RETRYABLE_MESSAGE_TYPES
-from harness.repro import Repro, decode
+from rpc_harness import Fault, FaultPlan, FaultPlanError, ReplayError, WorldSpecError
+from rpc_harness import scenario as registry
+from rpc_harness.faults import DELAYABLE_MESSAGE_TYPES, FAILPOINT_KINDS, RETRYABLE_MESSAGE_TYPES
+from rpc_harness.repro import Repro, decode
 
 NAMES = st.sampled_from(["w0", "trainer2", "observer1", "ps"])
 POINTS = st.sampled_from(["x", "trainer.step", "rpc.call:Agent.select_action", "rpc.serve:Observer.run_episode",

@@ -1,4 +1,4 @@
-"""harness.plots: hand-written SVG training curves, checked by parsing them."""
+"""rpc_harness.plots: hand-written SVG training curves, checked by parsing them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.plots import render_curves, write_curves
+from rpc_harness.plots import render_curves, write_curves
 
 SVG = "{http://www.w3.org/2000/svg}"
 NAN, INF = float("nan"), float("inf")

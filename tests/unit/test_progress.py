@@ -6,17 +6,17 @@ import io
 
 import pytest
 
-import harness
-from harness import Progress, ProgressBar
-from harness.progress import WORLD_ENDED, WORLD_UP, check_progress
+import rpc_harness
+from rpc_harness import Progress, ProgressBar
+from rpc_harness.progress import WORLD_ENDED, WORLD_UP, check_progress
 
 
 def test_progress_outside_a_world_is_a_no_op(capfd):
     # What a single-process baseline sees when it runs a rank's code.
-    assert harness.current_context() is None
-    assert harness.progress(1, 2, "items", loss=0.5) is None
-    assert harness.progress(2, 2) is None
-    assert harness.current_context() is None, "no context is made up for it"
+    assert rpc_harness.current_context() is None
+    assert rpc_harness.progress(1, 2, "items", loss=0.5) is None
+    assert rpc_harness.progress(2, 2) is None
+    assert rpc_harness.current_context() is None, "no context is made up for it"
     assert capfd.readouterr() == ("", ""), "nothing is drawn or printed"
 
 
@@ -38,7 +38,7 @@ def test_bad_progress_calls_name_what_was_wrong(done, total, unit, metrics, mess
         check_progress(done, total, unit, metrics)
     # Outside a world too: a baseline running a rank's code catches it.
     with pytest.raises((TypeError, ValueError), match=pattern):
-        harness.progress(done, total, unit, **metrics)
+        rpc_harness.progress(done, total, unit, **metrics)
 
 
 def _update(rank, done, total, unit="batches", **metrics):

@@ -10,9 +10,9 @@ import zlib
 import pytest
 from hypothesis import find, settings
 
-from harness import ReplayError
-from harness import strategies as hs
-from harness.repro import Repro, decode
+from rpc_harness import ReplayError
+from rpc_harness import strategies as hs
+from rpc_harness.repro import Repro, decode
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

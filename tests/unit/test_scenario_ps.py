@@ -9,8 +9,8 @@ import types
 import pytest
 import torch
 
-import harness
-from scenarios import parameter_server as ps
+import rpc_harness
+from rpc_harness.scenarios import parameter_server as ps
 
 CI = ps.Config()
 N_PARAMS = 8  # conv1, conv2, fc1, fc2: weight and bias each
@@ -23,10 +23,10 @@ def test_wrong_seed_baseline_differs():
     right = ps.baseline(config, 2, seed=4)
     again = ps.baseline(config, 2, seed=4)
     wrong = ps.baseline(config, 2, seed=5)
-    same = harness.gradcheck.compare(
+    same = rpc_harness.gradcheck.compare(
         right.steps[0].grads, again.steps[0].grads, scenario="ps", step=0, rank="trainer1", seed=4
     )
-    diff = harness.gradcheck.compare(
+    diff = rpc_harness.gradcheck.compare(
         right.steps[0].grads, wrong.steps[0].grads, scenario="ps", step=0, rank="trainer1", seed=4
     )
     assert same == (0.0, [])
@@ -81,23 +81,23 @@ def test_mnist_root_without_torchvision_falls_back_to_synthetic(monkeypatch):
 
 
 def test_bad_plans_and_sizes_are_refused_before_anything_starts():
-    with pytest.raises(harness.FaultPlanError, match="unknown failpoint"):
+    with pytest.raises(rpc_harness.FaultPlanError, match="unknown failpoint"):
         ps.run(CI, world_size=2, faults="kill:trainer1@trainer.stepp")
-    with pytest.raises(harness.WorldSpecError, match="needs >= 2 ranks"):
+    with pytest.raises(rpc_harness.WorldSpecError, match="needs >= 2 ranks"):
         ps.names(1)
 
 
-def _server_killed_world(raise_after: float, error: str) -> harness.WorldResult:
-    from harness.events import FaultFired
-    from harness.result import RankOutcome
+def _server_killed_world(raise_after: float, error: str) -> rpc_harness.WorldResult:
+    from rpc_harness.events import FaultFired
+    from rpc_harness.result import RankOutcome
 
     server = RankOutcome(0, "parameter_server", status="killed", signal="SIGKILL")
     server.events = [FaultFired(100.0, 0, "kill:parameter_server@ps.forward#4", "kill", "ps.forward", 4).as_event()]
     trainer = RankOutcome(1, "trainer1", status="raised", error=error)
     trainer.events = [{"t": 100.0 + raise_after, "kind": "raised", "error": error}]
     others = RankOutcome(2, "trainer2", status="stopped")
-    plan = harness.FaultPlan.parse("kill:parameter_server@ps.forward#4")
-    return harness.WorldResult(
+    plan = rpc_harness.FaultPlan.parse("kill:parameter_server@ps.forward#4")
+    return rpc_harness.WorldResult(
         names=ps.names(3), seed=0, faults=plan, deadline=60.0, ranks=[server, trainer, others]
     )
 
@@ -132,7 +132,7 @@ def test_server_kill_contract_needs_fast_attribution(raise_after, error, ok, not
 
 
 def _records(accuracy: float, steps: int):
-    from scenarios.parameter_server.judge import Records
+    from rpc_harness.scenarios.parameter_server.judge import Records
 
     log = {"accuracy": accuracy, "steps": [{"trainer": "trainer1", "batch": i, "loss": 1.0} for i in range(steps)]}
     return Records(log, {"trainer1": {"accuracy": accuracy}})
@@ -140,7 +140,7 @@ def _records(accuracy: float, steps: int):
 
 @pytest.mark.parametrize(("accuracy", "steps", "ok"), [(0.49, 24, False), (0.51, 24, True), (0.49, 23, True)])
 def test_the_accuracy_bar_judges_runs_of_the_steps_it_was_measured_at(accuracy, steps, ok):
-    from scenarios.parameter_server.judge import outcome
+    from rpc_harness.scenarios.parameter_server.judge import outcome
 
     expected = types.SimpleNamespace(steps=[types.SimpleNamespace(loss=1.0)] * steps, accuracy=accuracy)
     result = outcome(_records(accuracy, steps), expected, ps.Config(min_accuracy=0.5, min_accuracy_steps=24))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from harness import derive_seed
-from scenarios import rl
+from rpc_harness import derive_seed
+from rpc_harness.scenarios import rl
 
 SEED = 20240611
 PARAMS = {"affine1.weight", "affine1.bias", "affine2.weight", "affine2.bias"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import WorldSpecError
-from scenarios import rnn
+from rpc_harness import WorldSpecError
+from rpc_harness.scenarios import rnn
 
 # Small enough that a world is about a second; still several epochs, both
 # dropout paths and a two-layer LSTM.

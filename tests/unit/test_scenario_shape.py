@@ -8,10 +8,10 @@ from importlib import metadata
 
 import pytest
 
-import harness
-from harness import ScenarioError, WorldSpecError
-from harness import scenario as registry
-from rpc_harness.cli import main
+import rpc_harness
+from rpc_harness import ScenarioError, WorldSpecError
+from rpc_harness import scenario as registry
+from rpc_harness.apps.cli import main
 
 BUILT_IN = ("ps", "rl", "rnn")
 
@@ -29,7 +29,7 @@ def no_world(monkeypatch):
         asked.append(kwargs)
         raise Started(kwargs.get("names"))
 
-    monkeypatch.setattr("harness._launcher.run_world", refuse)
+    monkeypatch.setattr("rpc_harness._launcher.run_world", refuse)
     return asked
 
 
@@ -37,7 +37,7 @@ def test_the_built_in_scenarios_are_registered_by_entry_point_and_have_the_shape
     assert set(BUILT_IN) <= set(registry.available())
     for name in BUILT_IN:
         sc = registry.load(name)
-        assert isinstance(sc, harness.Scenario) and sc.name == name
+        assert isinstance(sc, rpc_harness.Scenario) and sc.name == name
         fields = {f.name: f.default for f in dataclasses.fields(sc.config_type)}
         assert {"rtol", "atol", sc.steps_field} <= set(fields), "tolerances live in every Config"
         assert sc.min_world_size <= sc.default_world_size
@@ -54,7 +54,7 @@ def test_the_built_in_scenarios_are_registered_by_entry_point_and_have_the_shape
 )
 def test_a_bad_world_size_is_one_error_everywhere_before_any_world(no_world, name, size, message):
     with pytest.raises(WorldSpecError, match=f"^{name}: {message}"):
-        harness.run_scenario(name, world_size=size)
+        rpc_harness.run_scenario(name, world_size=size)
     with pytest.raises(WorldSpecError, match=f"^{name}: {message}"):
         registry.load(name).names(size)
     assert no_world == []
@@ -64,7 +64,7 @@ def test_a_bad_world_size_is_one_error_everywhere_before_any_world(no_world, nam
 def test_run_defaults_to_the_scenarios_default_world_size(no_world, name):
     sc = registry.load(name)
     with pytest.raises(Started):
-        harness.run_scenario(name)
+        rpc_harness.run_scenario(name)
     assert no_world[0]["names"] == sc.names(sc.default_world_size)
 
 
@@ -72,11 +72,11 @@ def test_run_defaults_to_the_scenarios_default_world_size(no_world, name):
 def test_a_bad_config_is_refused_naming_the_field(no_world, name):
     sc = registry.load(name)
     with pytest.raises(WorldSpecError, match=f"^{name} config: no field 'nope'; fields: "):
-        harness.run_scenario(name, {"nope": 1})
+        rpc_harness.run_scenario(name, {"nope": 1})
     with pytest.raises(WorldSpecError, match=f"^{name} config: {sc.steps_field} must be a whole number >= 1, got 0"):
-        harness.run_scenario(name, {sc.steps_field: 0})
+        rpc_harness.run_scenario(name, {sc.steps_field: 0})
     with pytest.raises(WorldSpecError, match=f"expected a {sc.config_type.__name__} or a mapping"):
-        harness.run_scenario(name, 5)
+        rpc_harness.run_scenario(name, 5)
     assert no_world == []
 
 
@@ -144,9 +144,9 @@ def test_a_world_whose_plan_did_not_do_what_it_says_fails_the_contract_whatever_
             return registry.Verdict(True, "every rank finished")
 
     never = "fault kill:b@x.step#9 never fired (only 3 hit(s) of x.step, the fault waits for hit 9): b reached x.step x3"
-    world = harness.WorldResult(
-        names=("a", "b"), seed=1, faults=harness.FaultPlan.parse("kill:b@x.step#9"), deadline=5.0,
-        ranks=[harness.RankOutcome(0, "a", status="ok"), harness.RankOutcome(1, "b", status="ok")], problems=[never],
+    world = rpc_harness.WorldResult(
+        names=("a", "b"), seed=1, faults=rpc_harness.FaultPlan.parse("kill:b@x.step#9"), deadline=5.0,
+        ranks=[rpc_harness.RankOutcome(0, "a", status="ok"), rpc_harness.RankOutcome(1, "b", status="ok")], problems=[never],
     )
     report = registry.judge(Lenient(), world, None)
     assert not report.ok and not report.contract_ok

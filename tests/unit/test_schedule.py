@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import WorldSpecError
-from harness import _messages as msg
-from harness import schedule as S
-from harness._scheduler import Scheduler
-from harness.strategies import schedules
+from rpc_harness import WorldSpecError
+from rpc_harness import _messages as msg
+from rpc_harness import schedule as S
+from rpc_harness._scheduler import Scheduler
+from rpc_harness.strategies import schedules
 
 
 class World:

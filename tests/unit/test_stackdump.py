@@ -7,7 +7,7 @@ import os
 
 
 def test_a_request_with_no_one_to_answer_says_so(tmp_path):
-    from harness import _stackdump
+    from rpc_harness import _stackdump
 
     assert not _stackdump.request(str(tmp_path / "never-armed"))
     os.mkfifo(tmp_path / "armed-by-the-dead", 0o600)  # what a rank that ended leaves behind
@@ -15,19 +15,19 @@ def test_a_request_with_no_one_to_answer_says_so(tmp_path):
 
 
 def test_a_dump_right_under_faulthandlers_is_read_thread_by_thread():
-    from harness._stacks import annotate_stacks
+    from rpc_harness._stacks import annotate_stacks
 
     # faulthandler's dump ends without a blank line; the rank's own answer
     # then starts right under its last thread. Read as one block, the main
     # thread went out with the watchdog's.
     text = (
         "Thread 0x00007fc95c3ff6c0 (most recent call first):\n"
-        '  File "/x/harness/rank_setup.py", line 54 in watch\n'
+        '  File "/x/rpc_harness/rank_setup.py", line 54 in watch\n'
         "\n"
         "Current thread 0x00007fc97b1bfb80 (most recent call first):\n"
         '  File "/x/tests/worlds.py", line 488 in stuck_in_c\n'
         'Thread 0x00007fc95c3ff6c0 "rpc-harness-parent-watch" (most recent call first):\n'
-        '  File "/x/harness/rank_setup.py", line 54 in watch\n'
+        '  File "/x/rpc_harness/rank_setup.py", line 54 in watch\n'
         "\n"
         'Thread 0x00007fc97b1bfb80 "MainThread" (most recent call first):\n'
         '  File "/x/tests/worlds.py", line 490 in stuck_in_c\n'
@@ -39,8 +39,8 @@ def test_a_dump_right_under_faulthandlers_is_read_thread_by_thread():
 
 
 def test_an_answer_is_whole_only_with_its_end_line_which_the_report_leaves_out():
-    from harness import _stackdump
-    from harness._stacks import annotate_stacks
+    from rpc_harness import _stackdump
+    from rpc_harness._stacks import annotate_stacks
 
     answer = _stackdump.dump()
     assert _stackdump.answered(answer)

@@ -1,4 +1,4 @@
-"""harness.timeline: a trace document drawn as SVG, checked by parsing the SVG."""
+"""rpc_harness.timeline: a trace document drawn as SVG, checked by parsing the SVG."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.faults import FaultPlan
-from harness.result import RankOutcome, WorldResult
-from harness.timeline import (
+from rpc_harness.faults import FaultPlan
+from rpc_harness.result import RankOutcome, WorldResult
+from rpc_harness.timeline import (
     MARGIN_LEFT,
     MARGIN_RIGHT,
     MAX_MARKERS,
@@ -21,7 +21,7 @@ from harness.timeline import (
     render_timeline,
     write_timeline,
 )
-from harness.trace import trace_events
+from rpc_harness.trace import trace_events
 
 SVG = "{http://www.w3.org/2000/svg}"
 LEFT, RIGHT = MARGIN_LEFT, WIDTH - MARGIN_RIGHT
@@ -659,7 +659,7 @@ def test_any_events_give_valid_deterministic_svg(events):
 
 
 def test_a_controlled_schedules_steps_are_drawn_on_their_ranks_with_preemptions_ticked():
-    from harness.schedule import Step
+    from rpc_harness.schedule import Step
 
     def ev(rank, t, kind):
         return {"t": 1000.0 + t, "rank": rank, "kind": kind, "tid": 1}

@@ -1,4 +1,4 @@
-"""The check of the private torch names the harness hooks (harness._torch_check):
+"""The check of the private torch names the harness hooks (rpc_harness._torch_check):
 it passes on the torch the suite runs, and a name taken away (then put back)
 fails it with torch's version and the missing piece, before any process
 starts."""
@@ -13,9 +13,9 @@ import torch.distributed.rpc as rpc
 import torch.distributed.rpc._testing  # noqa: F401 - at collection, before any in-process pytester run
 from torch.distributed.rpc import api, internal
 
-import harness
-from harness import _launcher, _torch_check
-from harness.errors import Unsupported
+import rpc_harness
+from rpc_harness import _launcher, _torch_check
+from rpc_harness.errors import Unsupported
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_a_removed_name_fails_the_first_world_naming_torch_and_the_piece_before_
     monkeypatch.setattr(_launcher, "_mp_context", no_process)
     monkeypatch.delattr(internal, "_run_function")
     with pytest.raises(Unsupported) as refused:
-        harness.run_world(entry, world_size=2)
+        rpc_harness.run_world(entry, world_size=2)
     message = str(refused.value)
     assert message.startswith(f"torch {torch.__version__} lacks what rpc-harness hooks in it")
     assert "before any process started" in message
@@ -101,7 +101,7 @@ def test_a_world_with_message_faults_is_refused_at_launch_when_the_faulty_agent_
     monkeypatch.setattr(_launcher._workdirs, "make", no_process)
     monkeypatch.delattr(faulty, "FaultyTensorPipeRpcBackendOptions")
     with pytest.raises(Unsupported, match="message faults"):
-        harness.run_world(entry, world_size=2, faults="msgdelay:worker0@PYTHON_CALL=0.1s")
+        rpc_harness.run_world(entry, world_size=2, faults="msgdelay:worker0@PYTHON_CALL=0.1s")
 
 
 def test_the_faulty_agent_taken_out_of_sys_modules_is_checked_without_importing_it_again(monkeypatch):

@@ -1,4 +1,4 @@
-"""rpc_harness.torchrun's pieces, in process: environment, scenario loading, plans, summaries."""
+"""rpc_harness.apps.torchrun's pieces, in process: environment, scenario loading, plans, summaries."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 import torchrun_scenario as tiny
 
-import harness
-from harness.errors import FaultPlanError, UsageError
-from harness.rank_setup import rpc_backend
-from rpc_harness import torchrun
+import rpc_harness
+from rpc_harness.apps import torchrun
+from rpc_harness.errors import FaultPlanError, UsageError
+from rpc_harness.rank_setup import rpc_backend
 
 
 def test_launch_env_reads_torchrun_variables_and_names_what_is_missing():
@@ -76,11 +76,11 @@ def test_scenario_loading_config_overrides_and_fault_plans():
 
 def test_backend_options_pick_the_faulty_agent_only_for_message_faults():
     names = tiny.names(2)
-    plain = harness.RankContext(rank=1, names=names, world_seed=1)
+    plain = rpc_harness.RankContext(rank=1, names=names, world_seed=1)
     backend, options = rpc_backend(plain, "env://", rpc_timeout=30.0)
     assert backend.name == "TENSORPIPE" and options.rpc_timeout == 30.0 and options.init_method == "env://"
     plan = torchrun.build_plan("msgdelay:worker1@PYTHON_CALL=5ms", names, tiny.FAILPOINTS)
-    faulty = harness.RankContext(rank=1, names=names, world_seed=1, faults=plan)
+    faulty = rpc_harness.RankContext(rank=1, names=names, world_seed=1, faults=plan)
     backend, options = rpc_backend(faulty, "env://", rpc_timeout=30.0)
     assert backend.name == "FAULTY_TENSORPIPE" and options.messages_to_delay == {"PYTHON_CALL": pytest.approx(0.005)}
 

@@ -20,7 +20,7 @@ class _Log:
 
 
 def test_rpc_recording_stops_at_its_cap_and_says_so():
-    from harness._rpc_hooks import _Spans
+    from rpc_harness._rpc_hooks import _Spans
 
     log = _Log()
     spans = _Spans(log, 0, "rpc", cap=2)
@@ -36,7 +36,7 @@ def test_rpc_recording_stops_at_its_cap_and_says_so():
 
 
 def test_the_event_log_grows_past_its_first_mapping_and_reads_back_in_order(tmp_path):
-    from harness.context import EventLog, read_event_lines
+    from rpc_harness.context import EventLog, read_event_lines
 
     path = str(tmp_path / "rank0.events")
     log = EventLog(path, rank=0)
@@ -50,7 +50,7 @@ def test_the_event_log_grows_past_its_first_mapping_and_reads_back_in_order(tmp_
 
 
 def test_reading_stops_at_the_unwritten_part_and_skips_a_torn_line(tmp_path):
-    from harness.context import read_event_lines
+    from rpc_harness.context import read_event_lines
 
     path = tmp_path / "rank0.events"
     path.write_bytes(b'{"kind": "start", "t": 1}\n{"kind": "fau' + b"\x00" * 64)

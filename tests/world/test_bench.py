@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rpc_harness import bench
+from rpc_harness.apps import bench
 
 
 def test_rpc_recording_is_measured_against_torchs_own_rpc_sync():

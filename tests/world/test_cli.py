@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rpc_harness.cli import main
+from rpc_harness.apps.cli import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -102,7 +102,7 @@ def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(short_tmp
 
     from conftest import wait_gone
 
-    from harness.context import read_event_lines
+    from rpc_harness.context import read_event_lines
 
     tmp = short_tmp
     proc = subprocess.Popen([sys.executable, "-m", "rpc_harness", "run", "ps", "-n", "3", "--steps", "500",

@@ -9,7 +9,7 @@ import pytest
 import torch
 from programs import cuda_rpc
 
-from harness.errors import WorldFailed
+from rpc_harness.errors import WorldFailed
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

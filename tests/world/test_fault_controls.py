@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import worlds
 
-import harness
-from harness.faults import TORCH_SEND_TRIES
+import rpc_harness
+from rpc_harness.faults import TORCH_SEND_TRIES
 
 # torch retries RRef and autograd-cleanup messages: 1 send + 5 retries
 # (RpcRetryOptions.maxRetries in torch/csrc/distributed/rpc/rpc_agent.h), at
@@ -33,7 +33,7 @@ def fired(result):
 
 def test_a_delay_makes_its_steps_take_at_least_its_time():
     plan = "delay:worker0@test.step=0.1s,delay:worker1@test.step#2=0.3s"
-    result = harness.run_world(worlds.timed_steps, world_size=2, args=(3,), faults=plan, deadline=30)
+    result = rpc_harness.run_world(worlds.timed_steps, world_size=2, args=(3,), faults=plan, deadline=30)
     every, second = result.values
     assert all(took >= 0.1 for took in every), every  # #1+ by default: every hit
     assert second[1] >= 0.3, second
@@ -43,7 +43,7 @@ def test_a_delay_makes_its_steps_take_at_least_its_time():
 
 
 def test_a_kill_strikes_in_exactly_the_hit_it_names():
-    result = harness.run_world(worlds.logged_steps, world_size=2, args=(4,), faults="kill:worker1@test.step#2",
+    result = rpc_harness.run_world(worlds.logged_steps, world_size=2, args=(4,), faults="kill:worker1@test.step#2",
                                deadline=30)
     assert result.ok
     victim = result[1]
@@ -56,7 +56,7 @@ def test_a_kill_strikes_in_exactly_the_hit_it_names():
 
 
 def test_a_freeze_stops_its_rank_in_exactly_the_hit_it_names_and_the_harness_ends_it():
-    result = harness.run_world(worlds.logged_steps, world_size=2, args=(4,), faults="freeze:worker1@test.step#3",
+    result = rpc_harness.run_world(worlds.logged_steps, world_size=2, args=(4,), faults="freeze:worker1@test.step#3",
                                deadline=30)
     assert result.ok
     victim = result[1]
@@ -67,7 +67,7 @@ def test_a_freeze_stops_its_rank_in_exactly_the_hit_it_names_and_the_harness_end
 
 
 def test_a_raise_fails_its_rank_in_exactly_the_hit_it_names():
-    result = harness.run_world(worlds.logged_steps, world_size=2, args=(4,), faults="raise:worker1@test.step#3",
+    result = rpc_harness.run_world(worlds.logged_steps, world_size=2, args=(4,), faults="raise:worker1@test.step#3",
                                deadline=30, check=False)
     assert [r.rank for r in result.failures] == [1]
     failed = result[1]
@@ -79,7 +79,7 @@ def test_a_raise_fails_its_rank_in_exactly_the_hit_it_names():
 
 def test_a_raise_fires_on_its_hit_only_and_with_a_plus_on_every_later_one():
     plan = "raise:worker0@test.step#2,raise:worker1@test.step#3+"
-    result = harness.run_world(worlds.steps_catching_faults, world_size=2, args=(5,), faults=plan, deadline=30)
+    result = rpc_harness.run_world(worlds.steps_catching_faults, world_size=2, args=(5,), faults=plan, deadline=30)
     assert result.values == [[2], [3, 4, 5]]
     assert result.fault_counts() == {"raise:worker0@test.step#2": 1, "raise:worker1@test.step#3+": 3}
 
@@ -87,14 +87,14 @@ def test_a_raise_fires_on_its_hit_only_and_with_a_plus_on_every_later_one():
 def test_a_hang_blocks_exactly_the_hit_it_names():
     # Each call runs in its own thread: the hung one stays blocked, the
     # entry goes on, so the calls after it show they did not hang.
-    result = harness.run_world(worlds.steps_watching_for_hangs, world_size=2, args=(4,),
+    result = rpc_harness.run_world(worlds.steps_watching_for_hangs, world_size=2, args=(4,),
                                faults="hang:worker1@test.step#2", deadline=30)
     assert result.values == [[], [2]]
     assert fired(result) == [(1, "hang:worker1@test.step#2", 2)]
 
 
 def test_a_msgdelay_delays_every_send_of_the_type_it_names():
-    result = harness.run_world(worlds.timed_calls, world_size=2, args=(2,),
+    result = rpc_harness.run_world(worlds.timed_calls, world_size=2, args=(2,),
                                faults="msgdelay:worker0@PYTHON_CALL=0.3s", deadline=30)
     took = result[0].value
     assert len(took) == 2 and all(t >= 0.3 for t in took), took
@@ -106,7 +106,7 @@ def test_a_msgdelay_delays_every_send_of_the_type_it_names():
 def test_a_msgfail_within_torchs_retries_fails_each_send_that_often_and_the_world_succeeds():
     # Two dropped RRefs, two RREF_USER_DELETE messages; each fails twice and
     # torch's third try delivers it.
-    result = harness.run_world(worlds.drops_remote_values, world_size=2, args=(2,),
+    result = rpc_harness.run_world(worlds.drops_remote_values, world_size=2, args=(2,),
                                faults="msgfail:worker0@RREF_USER_DELETE=2", deadline=30)
     assert result.ok and result[0].value == [1, 2]
     assert result.fault_counts() == {"msgfail:worker0@RREF_USER_DELETE=2": 4}
@@ -120,7 +120,7 @@ def test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world():
     plan = f"msgfail:worker0@RREF_USER_DELETE={TORCH_TRIES}"
     # A lost delete leaves the owner's graceful shutdown waiting ~100 s for
     # it; the deadline ends the world after the last try (~9 s) has failed.
-    result = harness.run_world(worlds.drops_remote_values, world_size=2, args=(1,), faults=plan, deadline=12,
+    result = rpc_harness.run_world(worlds.drops_remote_values, world_size=2, args=(1,), faults=plan, deadline=12,
                                check=False)
     assert not result.ok
     assert result.fault_counts() == {plan: TORCH_TRIES}
@@ -140,7 +140,7 @@ def test_a_msgfail_counts_the_tries_it_failed_not_a_later_try_that_failed_for_re
     # doing, not the plan's (the RNN scenario's last cleanup retry, still
     # pending when a server had shut down, was counted as a 25th send).
     plan = "msgfail:worker0@CLEANUP_AUTOGRAD_CONTEXT_REQ=1,kill:worker1@peer.die#1"
-    result = harness.run_world(worlds.cleanup_retried_after_its_peer_died, world_size=2, faults=plan,
+    result = rpc_harness.run_world(worlds.cleanup_retried_after_its_peer_died, world_size=2, faults=plan,
                                deadline=60)
     assert [r.status for r in result] == ["ok", "killed"]
     logged = result[0].value

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import harness
-from harness import WorldFailed, WorldSpecError
-from harness.faults import FaultPlan
+import rpc_harness
+from rpc_harness import WorldFailed, WorldSpecError
+from rpc_harness.faults import FaultPlan
 
 # The tutorial's module-level parse_args() must not see pytest's command line.
 _argv, sys.argv = sys.argv, sys.argv[:1]
@@ -109,7 +109,7 @@ def test_3_a_program_with_its_own_tcp_store_passes_its_graceful_shutdown_with_tw
     runs, streams = 10, 2
 
     def stream(first_seed):
-        return [harness.spawn(ddp_rpc.run_worker, args=(4,), nprocs=4, seed=first_seed + i, deadline=60, check=False)
+        return [rpc_harness.spawn(ddp_rpc.run_worker, args=(4,), nprocs=4, seed=first_seed + i, deadline=60, check=False)
                 for i in range(runs)]
 
     with ThreadPoolExecutor(streams) as pool:
@@ -173,7 +173,7 @@ def test_6_no_replay_line_holds_an_argument_that_has_no_literal(rpc_world):
     assert "Config" in replay, "says which argument has no literal"
     # Outside pytest there is no pytest line and no token can hold it: say so.
     with pytest.raises(WorldFailed) as caught:
-        harness.spawn(with_config.run_worker, args=(2, config), nprocs=2, faults=plan, seed=5)
+        rpc_harness.spawn(with_config.run_worker, args=(2, config), nprocs=2, faults=plan, seed=5)
     report = str(caught.value)
     replay = report[report.index("Replay: "):]
     assert not _UNPASTEABLE.search(replay), f"a replay line that cannot be pasted:\n{replay}"

@@ -18,13 +18,13 @@ import torch.distributed.rpc as rpc
 import worlds
 from programs import hard_coded_port, named_out_of_order
 
-import harness
-from harness import WorldFailed, WorldTimeout
-from harness.repro import decode
-from scenarios._rpc import call_method, call_method_async
-from scenarios.parameter_server import Config, ParameterServer
-from scenarios.parameter_server import server as ps_server
-from scenarios.parameter_server.config import PS_NAME
+import rpc_harness
+from rpc_harness import WorldFailed, WorldTimeout
+from rpc_harness.repro import decode
+from rpc_harness.scenarios._rpc import call_method, call_method_async
+from rpc_harness.scenarios.parameter_server import Config, ParameterServer
+from rpc_harness.scenarios.parameter_server import server as ps_server
+from rpc_harness.scenarios.parameter_server.config import PS_NAME
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -54,14 +54,14 @@ def test_1_a_programs_hard_coded_port_is_harmless_without_a_network_namespace(rp
 @pytest.mark.parametrize("ender", ["kill", "freeze"])
 def test_2_a_fault_that_never_fired_fails_the_world_also_when_the_plan_ended_a_rank(ender):
     never = "raise:worker0@test.never#1"
-    result = harness.run_world(worlds.step_three_times, world_size=2, faults=f"{ender}:worker1@test.step#2,{never}",
+    result = rpc_harness.run_world(worlds.step_three_times, world_size=2, faults=f"{ender}:worker1@test.step#2,{never}",
                                deadline=60, check=False)
     assert [r.status for r in result] == ["ok", "killed"]
     assert result.fault_counts() == {f"{ender}:worker1@test.step#2": 1, never: 0}
     assert not result.ok
     assert result.problems == [f"fault {never} never fired: worker0 reached test.step x3; mark it optional with "
                                "'?' if the run may end first"]
-    optional = harness.run_world(worlds.step_three_times, world_size=2, deadline=60,
+    optional = rpc_harness.run_world(worlds.step_three_times, world_size=2, deadline=60,
                                  faults=f"{ender}:worker1@test.step#2,{never}?")
     assert optional.ok and optional.problems == []
 
@@ -81,12 +81,12 @@ def test_4_the_forkserver_imported_this_test_module_and_rpc_preload_before_forki
 PRELOADED = "import os\nIMPORTED_IN = os.getpid()\n"
 SCRIPT = """
 import json
-import harness
+import rpc_harness
 from where import where_imported
 
-harness.preload("by_call")
+rpc_harness.preload("by_call")
 if __name__ == "__main__":
-    result = harness.run_world(where_imported, world_size=2, args=(["by_call", "by_env"],))
+    result = rpc_harness.run_world(where_imported, world_size=2, args=(["by_call", "by_env"],))
     print(json.dumps(result.values))
 """
 
@@ -119,14 +119,14 @@ def test_5_the_deadline_counts_from_when_every_rank_has_joined():
     # Every rank's setup takes SLOW_START (5 s) before it joins, and the
     # entries return at once: a deadline of 4 s counted from the fork would
     # run out during the bring-up.
-    result = harness.run_world(worlds.returns_at_once, world_size=2, setup=worlds.slow_start, deadline=4)
+    result = rpc_harness.run_world(worlds.returns_at_once, world_size=2, setup=worlds.slow_start, deadline=4)
     assert result.ok and result.values == [0, 1]
     assert result.duration >= worlds.SLOW_START
 
 
 def test_5_a_bring_up_longer_than_its_budget_fails_as_a_bring_up_naming_the_ranks_not_joined():
     with pytest.raises(WorldTimeout) as caught:
-        harness.run_world(worlds.returns_at_once, world_size=2, setup=worlds.slow_start, bringup=1, deadline=600)
+        rpc_harness.run_world(worlds.returns_at_once, world_size=2, setup=worlds.slow_start, bringup=1, deadline=600)
     result = caught.value.result
     assert result.budget == "bring-up" and result.timed_out
     assert [r.status for r in result] == ["hung", "hung"]
@@ -200,7 +200,7 @@ def lease_queue(ctx):
 
 
 def test_9_a_trainer_killed_while_its_lease_request_is_queued_is_skipped_and_the_next_in_line_trains():
-    result = harness.run_world(lease_queue, names=[PS_NAME, *TRAINERS], faults="kill:trainer2@lease.queued",
+    result = rpc_harness.run_world(lease_queue, names=[PS_NAME, *TRAINERS], faults="kill:trainer2@lease.queued",
                                deadline=60)
     assert [r.status for r in result] == ["ok", "ok", "killed", "ok"]
     assert result.values[0] == {"held": ["trainer1", "trainer3"], "dead": ["trainer2"]}
@@ -242,12 +242,12 @@ def test_10_a_programs_names_belong_to_the_ranks_that_took_them_whatever_their_s
 @pytest.mark.parametrize("target", ["record_line", "line_recorder"], ids=["function", "callable-object"])
 def test_11_a_call_failpoint_strikes_before_the_call_has_any_effect(tmp_path, target):
     lines = tmp_path / "lines"
-    raised = harness.run_world(worlds.records_lines, world_size=2, args=(str(lines), 3, target),
+    raised = rpc_harness.run_world(worlds.records_lines, world_size=2, args=(str(lines), 3, target),
                                faults=f"raise:worker0@call:worlds:{target}#2", deadline=60)
     assert raised.values[0] == [2]
     assert lines.read_text().splitlines() == ["1", "3"], "the second call raised before it wrote its line"
     lines.unlink()
-    killed = harness.run_world(worlds.records_lines, world_size=2, args=(str(lines), 3, target),
+    killed = rpc_harness.run_world(worlds.records_lines, world_size=2, args=(str(lines), 3, target),
                                faults=f"kill:worker0@call:worlds:{target}#2", deadline=60)
     assert [r.status for r in killed] == ["killed", "ok"]
     assert lines.read_text().splitlines() == ["1"], "the rank died before the second call wrote its line"
@@ -257,7 +257,7 @@ def test_11_a_call_failpoint_strikes_before_the_call_has_any_effect(tmp_path, ta
 def test_11_an_rpc_failpoint_strikes_before_the_function_runs(tmp_path, point):
     lines = tmp_path / "lines"
     target = "worker0" if point == "rpc.call" else "worker1"  # the rank that issues it, or the one that serves it
-    result = harness.run_world(worlds.serves_lines, world_size=2, args=(str(lines), 3),
+    result = rpc_harness.run_world(worlds.serves_lines, world_size=2, args=(str(lines), 3),
                                faults=f"raise:{target}@{point}:record_line#2", deadline=60)
     assert result.values[0] == [2]
     assert lines.read_text().splitlines() == ["1", "3"]

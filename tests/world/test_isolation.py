@@ -13,8 +13,8 @@ import time
 import pytest
 import worlds
 
-import harness
-from harness import _netns
+import rpc_harness
+from rpc_harness import _netns
 
 ISOLATED, WHY = _netns.isolation_available()
 
@@ -25,7 +25,7 @@ def world_in_background(tmp_path, **options):
     box = {}
 
     def run():
-        box["result"] = harness.run_world(worlds.endpoints_then_wait, world_size=2, args=(str(tmp_path),),
+        box["result"] = rpc_harness.run_world(worlds.endpoints_then_wait, world_size=2, args=(str(tmp_path),),
                                           deadline=30, **options)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -99,7 +99,7 @@ def test_transports_are_pinned_to_loopback_inside_every_rank(faults):
     # the addresses alone cannot tell pinned from unpinned, the variables
     # those transports read can. Both backends: the faulty agent (message
     # faults) reads them too.
-    result = harness.run_world(worlds.loopback_pinning, world_size=2, faults=faults, isolate=False, deadline=30)
+    result = rpc_harness.run_world(worlds.loopback_pinning, world_size=2, faults=faults, isolate=False, deadline=30)
     for value in result.values:
         assert value["env"] == {"TP_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1"}
         assert value["listening"] and set(value["listening"]) == {"0100007F"}, "127.0.0.1 only"
@@ -110,7 +110,7 @@ def test_a_required_namespace_that_cannot_be_made_is_refused(monkeypatch):
         raise _netns.IsolationUnavailable("refused for this test")
 
     monkeypatch.setattr(_netns, "create", refuse)
-    with pytest.raises(harness.WorldSpecError, match="cannot be made here: refused for this test"):
-        harness.run_world(worlds.identity, world_size=2, isolate=True)
-    result = harness.run_world(worlds.identity, world_size=2)
+    with pytest.raises(rpc_harness.WorldSpecError, match="cannot be made here: refused for this test"):
+        rpc_harness.run_world(worlds.identity, world_size=2, isolate=True)
+    result = rpc_harness.run_world(worlds.identity, world_size=2)
     assert result.ok and result.isolation == "none: the world shares the host's loopback (refused for this test)"

@@ -9,8 +9,8 @@ import time
 import pytest
 import worlds
 
-import harness
-from harness import WorldFailed, WorldTimeout, _launcher
+import rpc_harness
+from rpc_harness import WorldFailed, WorldTimeout, _launcher
 
 
 def pids_of(result):
@@ -18,7 +18,7 @@ def pids_of(result):
 
 
 def test_every_rank_runs_the_entry_with_its_identity():
-    result = harness.run_world(worlds.identity, world_size=3, seed=7)
+    result = rpc_harness.run_world(worlds.identity, world_size=3, seed=7)
     assert result.ok
     values = result.values
     assert [v["rank"] for v in values] == [0, 1, 2]
@@ -28,33 +28,33 @@ def test_every_rank_runs_the_entry_with_its_identity():
     assert all(v["current_is_ctx"] for v in values)
     assert len({v["seed"] for v in values}) == 3, "each rank gets its own seed"
     assert len({v["same_everywhere"] for v in values}) == 1
-    assert values[0]["same_everywhere"] == harness.derive_seed(7, "shared")
+    assert values[0]["same_everywhere"] == rpc_harness.derive_seed(7, "shared")
     assert len({tuple(v["rand"]) for v in values}) == 3
 
 
 def test_rpc_between_ranks_works_in_a_ring():
-    result = harness.run_world(worlds.ring, world_size=4)
+    result = rpc_harness.run_world(worlds.ring, world_size=4)
     assert result.values == [[r + 1.0, r + 1.0] for r in range(4)]
 
 
 def test_names_from_a_list_and_from_a_template():
-    result = harness.run_world(worlds.identity, names=["agent", "observer1"])
+    result = rpc_harness.run_world(worlds.identity, names=["agent", "observer1"])
     assert [v["name"] for v in result.values] == ["agent", "observer1"]
-    result = harness.run_world(worlds.identity, world_size=2, names="node{rank}")
+    result = rpc_harness.run_world(worlds.identity, world_size=2, names="node{rank}")
     assert [v["name"] for v in result.values] == ["node0", "node1"]
 
 
 def test_same_seed_gives_the_same_world_and_another_seed_does_not():
-    first = harness.run_world(worlds.identity, world_size=2, seed=123)
-    again = harness.run_world(worlds.identity, world_size=2, seed=123)
-    other = harness.run_world(worlds.identity, world_size=2, seed=124)
+    first = rpc_harness.run_world(worlds.identity, world_size=2, seed=123)
+    again = rpc_harness.run_world(worlds.identity, world_size=2, seed=123)
+    other = rpc_harness.run_world(worlds.identity, world_size=2, seed=124)
     rands = [[v["rand"] for v in r.values] for r in (first, again, other)]
     assert rands[0] == rands[1]
     assert rands[0] != rands[2]
 
 
 def test_rank_output_is_captured_per_rank():
-    result = harness.run_world(worlds.say_hello, world_size=2)
+    result = rpc_harness.run_world(worlds.say_hello, world_size=2)
     assert "hello from worker0" in result[0].output
     assert "hello from worker1" in result["worker1"].output
     assert "hello from worker0" not in result[1].output
@@ -62,20 +62,20 @@ def test_rank_output_is_captured_per_rank():
 
 def test_a_sigkilled_rank_fails_the_world_naming_rank_and_signal(assert_gone):
     with pytest.raises(WorldFailed) as caught:
-        harness.run_world(worlds.rank1_sigkills_itself, world_size=3, deadline=30)
+        rpc_harness.run_world(worlds.rank1_sigkills_itself, world_size=3, deadline=30)
     result = caught.value.result
     assert [r.rank for r in result.failures] == [1]
     assert result[1].status == "died" and result[1].signal == "SIGKILL"
     message = str(caught.value)
     assert "rank 1 (worker1)" in message and "SIGKILL" in message
-    assert "Replay: harness.run_world(" in message
+    assert "Replay: rpc_harness.run_world(" in message
     assert result.duration < 30, "a death must fail the world at once, not at the deadline"
     assert_gone(pids_of(result))
 
 
 def test_an_exception_reaches_the_caller_with_traceback_and_rank_name(assert_gone):
     with pytest.raises(WorldFailed) as caught:
-        harness.run_world(worlds.rank2_raises, world_size=3, deadline=30)
+        rpc_harness.run_world(worlds.rank2_raises, world_size=3, deadline=30)
     result = caught.value.result
     assert [r.rank for r in result.failures] == [2]
     failed = result[2]
@@ -90,7 +90,7 @@ def test_ranks_that_fail_while_the_world_is_being_stopped_are_reported_with_thei
     # Ranks 1 and 2 have raised and are still sending their failure when rank
     # 0's failure stops the world: they are not "stopped by the harness".
     with pytest.raises(WorldFailed) as caught:
-        harness.run_world(worlds.everyone_fails_rank0_last, world_size=3, args=(str(tmp_path),), deadline=60)
+        rpc_harness.run_world(worlds.everyone_fails_rank0_last, world_size=3, args=(str(tmp_path),), deadline=60)
     result = caught.value.result
     assert [(r.rank, r.status) for r in result] == [(0, "raised"), (1, "raised"), (2, "raised")], result.report()
     assert result[1].error.startswith("SlowToReport") and result[0].error == "ValueError: rank 0 fails last"
@@ -104,7 +104,7 @@ def test_a_rank_polled_from_two_threads_at_once_gives_both_its_exit_code(monkeyp
     from multiprocessing import forkserver
     from multiprocessing.connection import wait
 
-    harness.run_world(worlds.identity, world_size=1)  # the harness's forkserver is up
+    rpc_harness.run_world(worlds.identity, world_size=1)  # the harness's forkserver is up
     proc = _launcher._RankProcess(target=time.sleep, args=(0.01,), daemon=True)
     proc.start()
     wait([proc.sentinel], timeout=60)
@@ -127,13 +127,13 @@ def test_a_rank_polled_from_two_threads_at_once_gives_both_its_exit_code(monkeyp
 def test_a_hang_fails_at_the_deadline_with_every_ranks_stacks(assert_gone):
     started = time.monotonic()
     with pytest.raises(WorldTimeout) as caught:
-        harness.run_world(worlds.hang_at_step, world_size=2, deadline=3, faults="hang:worker1@test.step")
+        rpc_harness.run_world(worlds.hang_at_step, world_size=2, deadline=3, faults="hang:worker1@test.step")
     result = caught.value.result
     assert result.timed_out
     assert time.monotonic() - started >= 3, "the world ran for its whole deadline"
     assert result[1].status == "hung"
     assert "hang_at_failpoint" in result[1].stacks
-    assert 'harness.failpoint("test.step")' in result[1].stacks, "the stack shows the failpoint"
+    assert 'rpc_harness.failpoint("test.step")' in result[1].stacks, "the stack shows the failpoint"
     assert result[0].stacks, "the rank that was only waiting is dumped too"
     report = str(caught.value)
     assert "deadline of 3s passed" in report
@@ -142,7 +142,7 @@ def test_a_hang_fails_at_the_deadline_with_every_ranks_stacks(assert_gone):
 
 
 def test_a_rank_the_plan_kills_is_expected_and_the_others_finish(assert_gone):
-    result = harness.run_world(
+    result = rpc_harness.run_world(
         worlds.step_three_times, world_size=3, faults="kill:worker1@test.step#2", deadline=30
     )
     assert result.ok
@@ -158,7 +158,7 @@ def test_a_rank_the_plan_kills_is_expected_and_the_others_finish(assert_gone):
 
 
 def test_a_raise_fault_fails_the_world_attributed_to_its_rank():
-    result = harness.run_world(
+    result = rpc_harness.run_world(
         worlds.step_three_times, world_size=2, faults="raise:worker0@test.step#3", check=False
     )
     assert not result.ok
@@ -167,7 +167,7 @@ def test_a_raise_fault_fails_the_world_attributed_to_its_rank():
 
 
 def test_an_unpicklable_return_value_is_a_clear_failure():
-    result = harness.run_world(worlds.returns_unpicklable, world_size=2, check=False)
+    result = rpc_harness.run_world(worlds.returns_unpicklable, world_size=2, check=False)
     # Both ranks fail alike; the first report stops the world, so the other
     # either failed the same way or was stopped before it could report.
     assert result.failures
@@ -178,7 +178,7 @@ def test_an_unpicklable_return_value_is_a_clear_failure():
 
 
 def test_a_return_value_that_cannot_be_unpickled_here_fails_its_rank_by_name():
-    result = harness.run_world(worlds.returns_what_only_ranks_can_load, world_size=2, check=False)
+    result = rpc_harness.run_world(worlds.returns_what_only_ranks_can_load, world_size=2, check=False)
     assert [r.rank for r in result.failures] == [1] and result.values[0] == 0
     assert result[1].error == (
         "the entry's return value cannot be unpickled here: ImportError: this class only exists in the ranks"
@@ -190,14 +190,14 @@ def test_ranks_share_the_cores_out_unless_the_env_says_otherwise():
     import os
 
     cores = len(os.sched_getaffinity(0))
-    assert harness.run_world(worlds.thread_count, world_size=2).values == [max(cores // 2, 1)] * 2
-    assert harness.run_world(worlds.thread_count, world_size=2 * cores + 1).values[0] == 1
-    told = harness.run_world(worlds.thread_count, world_size=2, env={"OMP_NUM_THREADS": "3"})
+    assert rpc_harness.run_world(worlds.thread_count, world_size=2).values == [max(cores // 2, 1)] * 2
+    assert rpc_harness.run_world(worlds.thread_count, world_size=2 * cores + 1).values[0] == 1
+    told = rpc_harness.run_world(worlds.thread_count, world_size=2, env={"OMP_NUM_THREADS": "3"})
     assert told.values == [3, 3]
 
 
 def test_ranks_listen_on_loopback_only():
-    result = harness.run_world(worlds.listening_addresses, world_size=2)
+    result = rpc_harness.run_world(worlds.listening_addresses, world_size=2)
     addresses = [a for value in result.values for a in value]
     assert addresses, "TensorPipe should be listening somewhere"
     loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 in /proc form
@@ -205,7 +205,7 @@ def test_ranks_listen_on_loopback_only():
 
 
 def test_an_entry_given_by_name_runs():
-    result = harness.run_world("worlds:say_hello", world_size=2)
+    result = rpc_harness.run_world("worlds:say_hello", world_size=2)
     assert result.values == [0, 1]
 
 
@@ -222,15 +222,15 @@ def test_a_worlds_folder_is_removed_whatever_way_the_world_ends(monkeypatch, sho
     def interrupting(update):
         raise KeyboardInterrupt
 
-    assert harness.run_world(worlds.identity, world_size=2).ok and left() == []
+    assert rpc_harness.run_world(worlds.identity, world_size=2).ok and left() == []
     with pytest.raises(WorldFailed):
-        harness.run_world(worlds.rank2_raises, world_size=3)
+        rpc_harness.run_world(worlds.rank2_raises, world_size=3)
     assert left() == []
     with pytest.raises(WorldTimeout):
-        harness.run_world(worlds.hang_at_step, world_size=2, faults="hang:worker1@test.step", deadline=1)
+        rpc_harness.run_world(worlds.hang_at_step, world_size=2, faults="hang:worker1@test.step", deadline=1)
     assert left() == []
     with pytest.raises(KeyboardInterrupt):
-        harness.run_world(worlds.identity, world_size=2, on_progress=interrupting)
+        rpc_harness.run_world(worlds.identity, world_size=2, on_progress=interrupting)
     assert left() == []
 
 
@@ -238,7 +238,7 @@ def test_a_worlds_folder_is_removed_whatever_way_the_world_ends(monkeypatch, sho
 def test_every_listener_of_a_rank_takes_the_full_backlog_its_namespace_allows():
     # TensorPipe's listener asks for 128 (a 256-rank world's init_rpc opens
     # 510 connections to the leader at once); the rank raises it.
-    result = harness.run_world(worlds.listen_backlogs, world_size=3)
+    result = rpc_harness.run_world(worlds.listen_backlogs, world_size=3)
     for listeners in result.values:
         assert listeners and all(backlog == somaxconn for backlog, somaxconn in listeners), listeners
 
@@ -247,6 +247,6 @@ def test_every_listener_of_a_rank_takes_the_full_backlog_its_namespace_allows():
 def test_a_256_rank_world_comes_up_and_every_rank_answers_its_neighbour():
     # TensorPipe over TCP: its shared-memory transport's connection backlog
     # made worlds of 34 ranks and more fail in init_rpc (see rank_setup).
-    result = harness.run_world(worlds.ring, world_size=256, deadline=300)
+    result = rpc_harness.run_world(worlds.ring, world_size=256, deadline=300)
     assert result.values == [[rank + 1.0, rank + 1.0] for rank in range(256)]
     assert [r.status for r in result] == ["ok"] * 256

@@ -20,7 +20,7 @@ import pytest
 import torch  # noqa: F401
 from conftest import wait_gone
 
-import harness  # noqa: F401 - likewise: one forkserver per worker, not one per session
+import rpc_harness  # noqa: F401 - likewise: one forkserver per worker, not one per session
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -28,7 +28,7 @@ ENTRIES = """
 import os, signal, time
 import pytest
 import torch
-import harness
+import rpc_harness
 
 def ok(ctx):
     return ctx.rank
@@ -39,7 +39,7 @@ def rank1_dies(ctx):
     return ctx.rank
 
 def hangs(ctx):
-    harness.failpoint("demo.step")
+    rpc_harness.failpoint("demo.step")
 
 def skips(ctx):
     if ctx.rank == 1:
@@ -108,7 +108,7 @@ def test_after(rpc_world):
     assert "rpc world hung: deadline of 2s passed" in out
     assert "rank 0 (worker0) stacks at the deadline" in out
     assert "rank 1 (worker1) stacks at the deadline" in out
-    assert 'harness.failpoint("demo.step")' in out
+    assert 'rpc_harness.failpoint("demo.step")' in out
 
 
 def test_skip_inside_a_rank_skips_the_test(pytester):
@@ -270,7 +270,7 @@ def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(
     assert len(drawn) == 2 and all(r["in_worker"] for r in drawn.values()), "both tests ran in xdist workers"
     # The workers' worlds derive from the header's seed and the test id ...
     for nodeid, record in drawn.items():
-        assert record["seeds"] == [harness.derive_seed(seed, nodeid, index) for index in (0, 1)]
+        assert record["seeds"] == [rpc_harness.derive_seed(seed, nodeid, index) for index in (0, 1)]
     # ... so that seed, given back, replays them without xdist.
     pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(again)))
     run(pytester, f"--rpc-seed={seed}", "-p", "no:xdist").assert_outcomes(passed=2)
@@ -483,7 +483,7 @@ def test_bad_plan(rpc_world):
     assert "marker rpc_world got unknown option(s) ['dedline']" in out
     assert "test_bad_plan" in out and "nobody" in out
     assert out.count(">       rpc_world.run(entry, world_size=2") == 2, out
-    frames = [line for line in result.stdout.lines if re.search(r"harness[/\\]\w+\.py:\d+", line)]
+    frames = [line for line in result.stdout.lines if re.search(r"rpc_harness[/\\]\w+\.py:\d+", line)]
     assert not frames, "\n".join(frames)
 
 

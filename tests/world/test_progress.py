@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import worlds
 
-import harness
-from harness import WorldFailed, WorldTimeout
-from harness.progress import WORLD_ENDED, WORLD_UP
+import rpc_harness
+from rpc_harness import WorldFailed, WorldTimeout
+from rpc_harness.progress import WORLD_ENDED, WORLD_UP
 
 
 def test_updates_reach_the_callback_from_entries_and_rpc_handlers():
     updates = []
-    harness.run_world(worlds.progress_main_and_handler, 2, seed=1, on_progress=updates.append)
+    rpc_harness.run_world(worlds.progress_main_and_handler, 2, seed=1, on_progress=updates.append)
     by_rank = {}
     for u in updates:
         if u.rank is not None:
@@ -30,7 +30,7 @@ def test_updates_reach_the_callback_from_entries_and_rpc_handlers():
 
 def test_a_tight_loop_is_throttled_but_its_last_report_arrives():
     updates = []
-    harness.run_world(worlds.progress_in_a_tight_loop, 2, seed=1, on_progress=updates.append)
+    rpc_harness.run_world(worlds.progress_in_a_tight_loop, 2, seed=1, on_progress=updates.append)
     for rank in (0, 1):
         mine = [u for u in updates if u.rank == rank]
         assert mine[-1].done == 20_000
@@ -40,12 +40,12 @@ def test_a_tight_loop_is_throttled_but_its_last_report_arrives():
 
 def test_a_bad_call_fails_the_rank_that_made_it():
     with pytest.raises(WorldFailed, match="done must be between 0 and total=3, got 5"):
-        harness.run_world(worlds.progress_beyond_total, 2, seed=1, deadline=30)
+        rpc_harness.run_world(worlds.progress_beyond_total, 2, seed=1, deadline=30)
 
 
 def test_a_hung_rank_is_described_with_how_far_it_had_come():
     with pytest.raises(WorldTimeout) as info:
-        harness.run_world(worlds.progress_then_hang, 2, seed=1, deadline=3)
+        rpc_harness.run_world(worlds.progress_then_hang, 2, seed=1, deadline=3)
     assert "rank 1 (worker1): hung: still in its entry (after 3/10 items) at the deadline" in str(info.value)
 
 
@@ -59,7 +59,7 @@ def test_a_callback_that_raises_stops_the_world_and_leaves_no_rank(tmp_path, ass
             raise RuntimeError("the display broke")
 
     with pytest.raises(RuntimeError, match="the display broke"):
-        harness.run_world(worlds.pid_then_progress_then_sleep, 2, seed=1, deadline=60,
+        rpc_harness.run_world(worlds.pid_then_progress_then_sleep, 2, seed=1, deadline=60,
                           args=(str(tmp_path),), on_progress=explode)
     pids = [int((tmp_path / f"{rank}.pid").read_text()) for rank in (0, 1)]
     assert_gone(pids)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-import scenarios.parameter_server as ps
-import scenarios.rl as rl
-import scenarios.rnn as rnn
-from harness import strategies as hs
+import rpc_harness.scenarios.parameter_server as ps
+import rpc_harness.scenarios.rl as rl
+import rpc_harness.scenarios.rnn as rnn
+from rpc_harness import strategies as hs
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -39,7 +39,7 @@ def run(env, cwd, *args, timeout=300):
 # process instead of six, each importing torch and starting a forkserver.
 DRIVER = """
 import contextlib, io, json, sys
-from rpc_harness.cli import main
+from rpc_harness.apps.cli import main
 
 def command(*argv):
     out, err = io.StringIO(), io.StringIO()
@@ -57,7 +57,7 @@ done["replay"] = command("replay", token, "--progress", "off")
 done["bench"] = command("bench", "--only", "scenarios", "--scenario", "tiny", "--json", sys.argv[1])
 
 from hypothesis import find
-from harness import strategies as hs
+from rpc_harness import strategies as hs
 case = find(hs.scenario_worlds("tiny", max_size=5, points=["tiny.step"], kinds=("delay",)),
             lambda c: c.world_size >= 3 and len(c.faults) >= 1)
 done["drawn"] = [list(case.names), str(case.faults)]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.repro import decode
-from rpc_harness.cli import main
+from rpc_harness.apps.cli import main
+from rpc_harness.repro import decode
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "regressions.txt"
 

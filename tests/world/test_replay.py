@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch  # noqa: F401 - before the in-process session, which must not import it (see test_plugin)
 
-from harness.repro import decode
+from rpc_harness.repro import decode
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -17,17 +17,17 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 PLANTED = '''
 import torch.distributed.rpc as rpc
 from hypothesis import given
-import harness
-from harness import strategies as hs
+import rpc_harness
+from rpc_harness import strategies as hs
 
 def observer_names(n):
     return ("agent",) + tuple(f"observer{k}" for k in range(1, n))
 
 def rewards_of(world_seed, k):
-    return [harness.derive_seed(world_seed, "reward", k, t) % 100 for t in range(3)]
+    return [rpc_harness.derive_seed(world_seed, "reward", k, t) % 100 for t in range(3)]
 
 def collect(k):
-    ctx = harness.current_context()
+    ctx = rpc_harness.current_context()
     return rewards_of(ctx.world_seed, k)
 
 def bucket(k):
@@ -73,7 +73,7 @@ def test_a_planted_bug_is_found_shrunk_and_replayed(pytester):
     token = tokens[-1]
     assert decode(token).world_size == 3
 
-    replay = [sys.executable, "-m", "rpc_harness.cli", "replay", token]
+    replay = [sys.executable, "-m", "rpc_harness.apps.cli", "replay", token]
     again = subprocess.run(replay, cwd=pytester.path, capture_output=True, text=True, timeout=120)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "the failure reproduced" in again.stdout

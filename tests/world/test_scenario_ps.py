@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-import harness
-from scenarios import parameter_server as ps
+import rpc_harness
+from rpc_harness.scenarios import parameter_server as ps
 
 CI = ps.Config()
 N_PARAMS = 8  # conv1, conv2, fc1, fc2: weight and bias each
@@ -124,7 +124,7 @@ def test_planted_unrecorded_update_is_caught_with_a_readable_message():
     grad_steps = {m.step.split(" ")[0] for m in report.mismatches if m.what == "gradient"}
     assert "4" in grad_steps and not grad_steps & {"0", "1", "2", "3"}
     assert any(m.what == "parameter" and m.step.startswith("final") for m in report.mismatches)
-    with pytest.raises(harness.GradientMismatch) as caught:
+    with pytest.raises(rpc_harness.GradientMismatch) as caught:
         ps.check(report)
     message = str(caught.value)
     first = next(m for m in report.mismatches if m.step.startswith("4 "))
@@ -136,6 +136,6 @@ def test_planted_unrecorded_update_is_caught_with_a_readable_message():
         "tolerance atol=1e-06, rtol=1e-05",
         "seed 1",
         "Replay: rpc-harness replay rpch1_",
-        "or: harness.run_scenario('ps', {'perturb_step': 3}, world_size=2, seed=1)",
+        "or: rpc_harness.run_scenario('ps', {'perturb_step': 3}, world_size=2, seed=1)",
     ):
         assert part in message, part

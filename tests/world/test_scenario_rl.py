@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
-from harness import GradientMismatch
-from scenarios import rl
+from rpc_harness import GradientMismatch
+from rpc_harness.scenarios import rl
 
 SEED = 20240611
 PARAMS = {"affine1.weight", "affine1.bias", "affine2.weight", "affine2.bias"}
@@ -149,5 +149,5 @@ def test_planted_perturbation_is_caught():
         assert part in first, (part, first)
     assert "\nReplay: rpc-harness replay rpch1_" in message
     assert message.endswith(
-        f"    or: harness.run_scenario('rl', {{'episodes': 4, 'perturb_episode': 3}}, world_size=2, seed={SEED})"
+        f"    or: rpc_harness.run_scenario('rl', {{'episodes': 4, 'perturb_episode': 3}}, world_size=2, seed={SEED})"
     )

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import GradientMismatch
-from scenarios import rnn
+from rpc_harness import GradientMismatch
+from rpc_harness.scenarios import rnn
 
 # Small enough that a world is about a second; still several epochs, both
 # dropout paths and a two-layer LSTM.
@@ -68,7 +68,7 @@ def test_planted_gradient_bug_is_caught():
         "atol=1e-06, rtol=1e-05",
         "seed 5",
         "Replay: rpc-harness replay rpch1_",
-        "or: harness.run_scenario('rnn', {'sentences': 120, 'epochs': 2, 'perturb': 0.001}, world_size=2, seed=5)",
+        "or: rpc_harness.run_scenario('rnn', {'sentences': 120, 'epochs': 2, 'perturb': 0.001}, world_size=2, seed=5)",
     ):
         assert part in text
 

@@ -10,19 +10,19 @@ import pytest
 import worlds
 from programs import lock_across_call, tutorial_ps_mnist
 
-import harness
-from harness import schedule as S
-from rpc_harness import races as lost_update
+import rpc_harness
+from rpc_harness import schedule as S
+from rpc_harness.apps import races as lost_update
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def lost(seed: int, schedule: str = "controlled", clients: int = 2) -> harness.WorldResult:
-    return harness.spawn(lost_update.run_worker, args=(clients + 2,), nprocs=clients + 2, seed=seed,
+def lost(seed: int, schedule: str = "controlled", clients: int = 2) -> rpc_harness.WorldResult:
+    return rpc_harness.spawn(lost_update.run_worker, args=(clients + 2,), nprocs=clients + 2, seed=seed,
                          schedule=schedule, deadline=60, check=False)
 
 
-def verdict(world: harness.WorldResult) -> tuple:
+def verdict(world: rpc_harness.WorldResult) -> tuple:
     return world.ok, tuple((o.name, o.status) for o in world.failures)
 
 
@@ -60,7 +60,7 @@ def test_a_replay_that_no_longer_takes_the_same_steps_fails_saying_where():
 
 
 def test_explore_finds_the_lost_update_shrinks_it_and_its_replay_line_fails_again():
-    found = harness.explore(lost_update.run_worker, 4, spawn=True, args=(4,), schedules=10, seed=1, deadline=60)
+    found = rpc_harness.explore(lost_update.run_worker, 4, spawn=True, args=(4,), schedules=10, seed=1, deadline=60)
     assert found.failed and found.shrunk is not None
     assert found.shrunk.preemptions <= found.found.preemptions
     assert found.shrunk.signature == found.found.signature
@@ -74,7 +74,7 @@ def test_explore_finds_the_lost_update_shrinks_it_and_its_replay_line_fails_agai
 def test_a_lock_the_scheduler_cannot_see_gives_up_control_with_stacks_not_a_hang():
     # Over many seeds some schedule pauses a handler inside its lock; the
     # other handler then blocks on a bare lock where the scheduler cannot see.
-    worlds = [harness.spawn(lock_across_call.run_worker, args=(3,), nprocs=3, seed=seed, schedule="controlled",
+    worlds = [rpc_harness.spawn(lock_across_call.run_worker, args=(3,), nprocs=3, seed=seed, schedule="controlled",
                             deadline=60, check=False) for seed in range(1, 7)]
     assert all(w.ok for w in worlds), [w.report() for w in worlds if not w.ok]
     released = [w for w in worlds if not w.controlled]
@@ -87,7 +87,7 @@ def test_a_lock_the_scheduler_cannot_see_gives_up_control_with_stacks_not_a_hang
 
 def test_faults_fire_by_hit_count_under_a_controlled_schedule():
     fault = "kill:client1@rpc.call:deposit#1"
-    world = harness.spawn(lost_update.run_worker, args=(4,), nprocs=4, seed=3, schedule="controlled",
+    world = rpc_harness.spawn(lost_update.run_worker, args=(4,), nprocs=4, seed=3, schedule="controlled",
                           faults=fault, deadline=60, check=False)
     assert world.fault_counts() == {fault: 1}
     assert world["client1"].status == "killed"
@@ -96,8 +96,8 @@ def test_faults_fire_by_hit_count_under_a_controlled_schedule():
 
 
 def test_the_parameter_server_tutorial_races_under_control_and_replays_its_verdict():
-    def run(seed: int) -> harness.WorldResult:
-        return harness.spawn(tutorial_ps_mnist.main, args=(3, 2), nprocs=3, seed=seed, schedule="controlled",
+    def run(seed: int) -> rpc_harness.WorldResult:
+        return rpc_harness.spawn(tutorial_ps_mnist.main, args=(3, 2), nprocs=3, seed=seed, schedule="controlled",
                              deadline=120, check=False)
 
     worlds = {seed: run(seed) for seed in range(1, 6)}
@@ -112,8 +112,8 @@ def test_the_parameter_server_tutorial_races_under_control_and_replays_its_verdi
 @pytest.mark.parametrize("name", ["rl", "rnn", "ps"])
 def test_the_scenarios_pass_their_checks_under_a_controlled_schedule(name):
     config = {"rl": {"episodes": 2, "max_steps": 10}, "rnn": {"epochs": 2, "sentences": 24}, "ps": {"batches": 3}}[name]
-    report = harness.run_scenario(name, config, seed=4, schedule="controlled", deadline=120)
-    harness.check_report(report)
+    report = rpc_harness.run_scenario(name, config, seed=4, schedule="controlled", deadline=120)
+    rpc_harness.check_report(report)
     assert report.world.controlled, report.world.schedule_note
     assert report.grads_checked > 0 and report.world.schedule
 
@@ -130,17 +130,17 @@ def test_the_fixture_runs_controlled_worlds(rpc_world):
 def test_a_controlled_worlds_replay_line_takes_its_steps_and_fails_again():
     failing = next(w for w in (lost(seed) for seed in range(2, 9)) if not w.ok)
     line = failing.repro.splitlines()[-1].removeprefix("    or: ")
-    assert line.startswith("harness.spawn(") and "schedule='replay:" in line, failing.repro
+    assert line.startswith("rpc_harness.spawn(") and "schedule='replay:" in line, failing.repro
     assert line.endswith(")")
-    again = eval(line[:-1] + ", check=False, deadline=60)", {"harness": harness})
+    again = eval(line[:-1] + ", check=False, deadline=60)", {"rpc_harness": rpc_harness})
     assert again.schedule_digest == failing.schedule_digest and verdict(again) == verdict(failing)
     assert not again.problems
 
 
 def test_a_failed_worlds_headline_names_its_schedule_and_fuzz():
     # Their replay lines carry them; the headline, read first, named only the seed and faults.
-    ran = harness.run_world(worlds.rank2_raises, world_size=3, schedule="pct:2", fuzz=0.01, check=False)
+    ran = rpc_harness.run_world(worlds.rank2_raises, world_size=3, schedule="pct:2", fuzz=0.01, check=False)
     headline = ran.report().splitlines()[0]
     assert "rpc world failed" in headline and "schedule=pct:2" in headline and "fuzz=0.01" in headline, headline
-    free = harness.run_world(worlds.rank2_raises, world_size=3, check=False).report().splitlines()[0]
+    free = rpc_harness.run_world(worlds.rank2_raises, world_size=3, check=False).report().splitlines()[0]
     assert "rpc world failed" in free and "schedule=" not in free and "fuzz=" not in free, free

@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 UNGUARDED = """
-import harness
+import rpc_harness
 
 def hello(ctx):
     return ctx.rank
 
-print(harness.run_world(hello, world_size=2).values)
+print(rpc_harness.run_world(hello, world_size=2).values)
 """
 
 

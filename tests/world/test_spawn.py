@@ -11,8 +11,8 @@ import pytest
 import torch.distributed.rpc as rpc
 from programs import echo, torch_examples, tutorial_ps, tutorial_rl
 
-import harness
-from harness import FaultPlanError, WorldFailed, WorldSpecError
+import rpc_harness
+from rpc_harness import FaultPlanError, WorldFailed, WorldSpecError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -105,7 +105,7 @@ def serves_only(ctx):
 
 
 def work():
-    harness.failpoint("server.work")
+    rpc_harness.failpoint("server.work")
 
 
 def calls_worker1_ten_times(ctx):

@@ -12,8 +12,8 @@ import time
 import pytest
 import worlds
 
-import harness
-from harness import WorldTimeout, _stackdump
+import rpc_harness
+from rpc_harness import WorldTimeout, _stackdump
 
 
 def pids_of(result):
@@ -24,7 +24,7 @@ def test_survivors_whose_threads_come_and_go_give_their_stacks_and_are_not_crash
     # faulthandler's dump, which the supervisor used to ask for, crashed such a
     # survivor now and then; it was then reported as dead of its own.
     for _ in range(3):
-        result = harness.run_world(worlds.survivors_churn_threads_when_rank0_fails, world_size=4, args=(8,),
+        result = rpc_harness.run_world(worlds.survivors_churn_threads_when_rank0_fails, world_size=4, args=(8,),
                                    check=False)
         assert [r.status for r in result] == ["raised", "stopped", "stopped", "stopped"], result.describe()
         for survivor in result.ranks[1:]:
@@ -37,7 +37,7 @@ def test_survivors_whose_threads_come_and_go_give_their_stacks_and_are_not_crash
 
 def test_a_rank_holding_the_gil_in_c_still_gets_its_stacks(assert_gone):
     with pytest.raises(WorldTimeout) as caught:
-        harness.run_world(worlds.holds_the_gil_in_c, world_size=2, deadline=3)
+        rpc_harness.run_world(worlds.holds_the_gil_in_c, world_size=2, deadline=3)
     result = caught.value.result
     assert result[1].status == "hung"
     # No thread of rank 1 can answer: faulthandler's dump is the fallback, in
@@ -56,7 +56,7 @@ def test_a_rank_holding_the_gil_in_c_still_gets_its_stacks(assert_gone):
 # times in 20.
 CHURNING = textwrap.dedent("""
     import sys, threading, time
-    from harness import _stackdump
+    from rpc_harness import _stackdump
 
     def churn():
         while True:
@@ -102,7 +102,7 @@ def test_asking_200_times_never_crashes_a_process_whose_threads_come_and_go(tmp_
 def test_a_survivor_dying_by_its_own_hand_as_the_world_is_stopped_is_not_labelled_stopped(assert_gone):
     # The supervisor gives the survivors a grace after their stacks and before
     # SIGKILL (50 ms): rank 1 aborts 25 ms after it was asked, within it.
-    result = harness.run_world(worlds.aborts_when_asked_for_stacks, world_size=2, check=False)
+    result = rpc_harness.run_world(worlds.aborts_when_asked_for_stacks, world_size=2, check=False)
     assert result[0].status == "raised"
     assert result[1].signal == "SIGABRT" and result[1].status == "died", result[1].describe()
     assert "stopped by the harness" not in result[1].describe()

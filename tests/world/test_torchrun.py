@@ -1,4 +1,4 @@
-"""rpc_harness.torchrun: a scenario's ranks under torchrun, as two "nodes" on this
+"""rpc_harness.apps.torchrun: a scenario's ranks under torchrun, as two "nodes" on this
 host, give the same ranks, seeds and gradients as the harness's own launcher."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 import torch
 import torchrun_scenario as tiny
 
-import harness
-from harness.gradcheck import compare
+import rpc_harness
+from rpc_harness.gradcheck import compare
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where torchrun_scenario.py is
 ROOT = os.path.dirname(TESTS)
@@ -125,7 +125,7 @@ class Nodes:
         commands = [
             [sys.executable, "-m", "torch.distributed.run", f"--nnodes={self.nodes}",
              f"--nproc-per-node={self.nproc}", f"--node-rank={node}", "--master-addr=127.0.0.1",
-             f"--master-port={port}", "--max-restarts=0", "-m", "rpc_harness.torchrun", *self.args,
+             f"--master-port={port}", "--max-restarts=0", "-m", "rpc_harness.apps.torchrun", *self.args,
              "--deadline", str(DEADLINE), *(["--out", str(self.out)] if node == 0 else [])]
             for node in range(self.nodes)
         ]
@@ -178,12 +178,12 @@ def test_tiny_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, as
     names = tiny.names(world_size)
     args = ["--scenario", "torchrun_scenario:SCENARIO", "--seed", str(seed), "--set", "steps=2", "--set", "scale=2"]
     with Nodes(tmp_path, args, nodes=2, nproc=2) as nodes:
-        world = harness.run_world(tiny.entry, names=names, seed=seed, args=(config,), deadline=DEADLINE)
+        world = rpc_harness.run_world(tiny.entry, names=names, seed=seed, args=(config,), deadline=DEADLINE)
         summary, values, output = nodes.result()
     assert summary["ok"] and summary["world_size"] == world_size and summary["names"] == list(names), output
     assert summary["seed"] == seed and summary["config"] == dataclasses.asdict(config)
     assert [r["status"] for r in summary["ranks"]] == ["ok"] * world_size
-    assert summary["replay"] == f"harness.run_scenario('tiny', {{'steps': 2, 'scale': 2.0}}, world_size=4, seed={seed})"
+    assert summary["replay"] == f"rpc_harness.run_scenario('tiny', {{'steps': 2, 'scale': 2.0}}, world_size=4, seed={seed})"
     assert_gone([r["pid"] for r in summary["ranks"]])
 
     expected = tiny.baseline(config, world_size, seed)
@@ -192,7 +192,7 @@ def test_tiny_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, as
         ours, theirs = values[rank], world.values[rank]
         assert ours["name"] == name
         # The same rank seed, and global RNGs seeded with it the same way.
-        assert ours["seed"] == theirs["seed"] == harness.RankContext(rank=rank, names=names, world_seed=seed).seed
+        assert ours["seed"] == theirs["seed"] == rpc_harness.RankContext(rank=rank, names=names, world_seed=seed).seed
         assert torch.equal(ours["rand"], theirs["rand"])
         if rank == 0:
             continue
@@ -206,15 +206,15 @@ def test_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, assert_
     """The parameter server across two torchrun nodes: same server log, same
     gradients step for step, same final weights as in the harness's world."""
     try:
-        import scenarios.parameter_server as ps
+        import rpc_harness.scenarios.parameter_server as ps
     except ImportError as error:  # the tiny-scenario test above always runs
-        pytest.skip(f"scenarios.parameter_server does not import: {error}")
+        pytest.skip(f"rpc_harness.scenarios.parameter_server does not import: {error}")
     seed = 11
     config = dataclasses.replace(ps.Config(), batches=3, test_size=64)
     names = ps.names(2)
     args = ["--scenario", "ps", "--seed", str(seed), "--set", "batches=3", "--set", "test_size=64"]
     with Nodes(tmp_path, args) as nodes:
-        world = harness.run_world(ps.entry, names=names, seed=seed, args=(config,), deadline=DEADLINE)
+        world = rpc_harness.run_world(ps.entry, names=names, seed=seed, args=(config,), deadline=DEADLINE)
         summary, values, output = nodes.result()
     assert summary["ok"] and summary["scenario"] == "ps" and summary["names"] == list(names), output
     assert_gone([r["pid"] for r in summary["ranks"]])
@@ -242,7 +242,7 @@ def test_a_failing_rank_is_reported_without_torchrun(tmp_path, assert_gone):
     rank 0 hosts the store): a raise fault in the owner's RPC handler makes
     worker1's entry fail; the leader's summary names it and exits non-zero."""
     out = tmp_path / "result.json"
-    command = [sys.executable, "-m", "rpc_harness.torchrun", "--scenario", "torchrun_scenario:SCENARIO", "--seed", "3",
+    command = [sys.executable, "-m", "rpc_harness.apps.torchrun", "--scenario", "torchrun_scenario:SCENARIO", "--seed", "3",
                "--faults", "raise:owner@tiny.step#2", "--deadline", str(DEADLINE)]
     for _ in range(3):
         port = free_port()
@@ -269,7 +269,7 @@ def test_a_rank_dies_with_its_launcher(tmp_path, assert_gone):
     its rank 0 of 2 waits in the rendezvous for a rank 1 that never comes."""
     port = free_port()
     env = dict(_env(tmp_path), RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    rank_cmd = [sys.executable, "-m", "rpc_harness.torchrun", "--scenario", "torchrun_scenario:SCENARIO", "--seed", "1",
+    rank_cmd = [sys.executable, "-m", "rpc_harness.apps.torchrun", "--scenario", "torchrun_scenario:SCENARIO", "--seed", "1",
                 "--deadline", str(DEADLINE)]
     launcher = (
         "import subprocess, sys, time\n"

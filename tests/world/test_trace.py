@@ -6,12 +6,12 @@ import json
 
 import worlds
 
-import harness
-from harness.trace import trace_events, write_trace
+import rpc_harness
+from rpc_harness.trace import trace_events, write_trace
 
 
 def test_every_rpc_api_call_is_a_span_on_the_callers_track_with_failures_marked(tmp_path):
-    result = harness.run_world(worlds.issue_rpcs, 2, seed=1, deadline=60)
+    result = rpc_harness.run_world(worlds.issue_rpcs, 2, seed=1, deadline=60)
     events = trace_events(result)
     begins = [e for e in events if e["ph"] == "b" and e["cat"] == "rpc"]
     ends = {e["id"]: e for e in events if e["ph"] == "e" and e["cat"] == "rpc"}
@@ -40,7 +40,7 @@ def test_every_rpc_api_call_is_a_span_on_the_callers_track_with_failures_marked(
 
 
 def test_progress_reports_become_counters_on_the_reporting_ranks_track():
-    result = harness.run_world(worlds.progress_main_and_handler, 2, seed=1, deadline=60)
+    result = rpc_harness.run_world(worlds.progress_main_and_handler, 2, seed=1, deadline=60)
     counters = [e for e in trace_events(result) if e["ph"] == "C"]
     done = [(e["pid"], e["args"]["done"]) for e in counters if e["name"] == "progress (items)"]
     assert done[-1] == (0, 5) and {pid for pid, _ in done} == {0}
@@ -51,7 +51,7 @@ def test_progress_reports_become_counters_on_the_reporting_ranks_track():
 
 
 def test_an_armed_failpoint_shows_the_hits_before_its_fault_fires():
-    result = harness.run_world(worlds.step_three_times, 2, seed=1, deadline=60,
+    result = rpc_harness.run_world(worlds.step_three_times, 2, seed=1, deadline=60,
                                faults="delay:worker1@test.step#3=0s")
     track = [(e["cat"], e["name"]) for e in trace_events(result)
              if e["ph"] == "i" and e["pid"] == 1 and e["cat"] in ("failpoint", "fault")]

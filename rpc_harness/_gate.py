@@ -1,0 +1,470 @@
+"""A rank's side of a controlled schedule (see :mod:`rpc_harness.schedule`).
+
+Every task of the rank (its entry or program, and each RPC handler a peer's
+call starts) passes through this gate at its scheduling points: it tells
+the supervisor's scheduler where it stands and waits for its Go. Waits are
+where care is needed. A task releases its turn only for a wait the
+scheduler can see the end of:
+
+- a call issued under control (its handler is a task; or torch answers it
+  in C++, which the scheduler waits for before choosing again);
+- a future of the program's own, completed by ``set_result`` (patched);
+- a condition or an event (``threading.Condition``, patched: a notify
+  wakes the waiter through the scheduler; a timeout is on the schedule's
+  own clock, which moves only when no task can run);
+- ``time.sleep`` (the schedule's clock, likewise);
+- an RRef whose creating ``remote()`` call is a task still to run.
+
+Any other wait (a future torch made in C++, a lock) is part of the step
+that reached it: the task keeps its turn. If that wait needs another task
+to run, no step ends; the supervisor sees that no rank made progress,
+says where every task was, and lets the world run free (the schedule is
+then reported as no longer controlled) rather than hang.
+
+Calls issued under control carry the caller's id for them (a small
+picklable wrapper around the function sent), so the handler they start on
+the callee is named after its caller, whatever order calls arrive in.
+
+:func:`install` patches once per process (in the forkserver, with the RPC
+hooks); nothing changes until :func:`start` opens a gate in a controlled
+rank, and then only for threads that are tasks.
+"""
+
+from __future__ import annotations
+
+import _thread
+import itertools
+import re
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from . import _messages as msg
+
+_gate: Gate | None = None
+_local = threading.local()  # .task: the id of the task this thread is, if any
+_serials = itertools.count(1)
+_RREF_ID_RE = re.compile(r"created_on=(\d+), local_id=(\d+)")
+_ORIGINAL: dict[str, Any] = {}
+_MARK = "_rpc_harness_gate"
+
+
+def current_task() -> str | None:
+    """The task this thread is running, under an open gate; None otherwise."""
+    if _gate is None or _gate.released:
+        return None
+    return getattr(_local, "task", None)
+
+
+def active() -> bool:
+    """Whether this rank runs under a controlled schedule, still controlled."""
+    return _gate is not None and not _gate.released
+
+
+def start(conn: Any, rank: int) -> Gate:
+    """Open this rank's gate: its tasks wait for their turn from now on."""
+    global _gate
+    _gate = Gate(conn, rank)
+    return _gate
+
+
+class Gate:
+    """The rank's end of the scheduler's pipe, shared by its tasks."""
+
+    def __init__(self, conn: Any, rank: int) -> None:
+        self.conn = conn
+        self.rank = rank
+        self.released = False
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._goes: dict[str, _Signal] = {}
+        self._notified: dict[str, bool] = {}
+        self._calls = itertools.count(1)
+        self._seq: dict[str, itertools.count] = {}
+        self._cond_waiters: dict[int, list[str]] = {}
+        threading.Thread(target=self._read, name="rpc-harness-gate", daemon=True).start()
+
+    # -- the pipe -----------------------------------------------------------------------
+    def send(self, message: msg.ToScheduler) -> None:
+        if self.released:
+            return
+        try:
+            with self._send_lock:
+                self.conn.send(message)
+        except (OSError, EOFError, ValueError):  # the supervisor is gone: run free
+            self.release()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                self.release()
+                return
+            match message:
+                case msg.Go(task, notified):
+                    with self._lock:
+                        self._notified[task] = notified
+                        event = self._goes.get(task)
+                    if event is not None:
+                        event.set()
+                case msg.Release():
+                    self.release()
+                    return
+
+    def release(self) -> None:
+        """No more control: every waiting task goes on, every point passes."""
+        self.released = True
+        with self._lock:
+            events = list(self._goes.values())
+        for event in events:
+            event.set()
+
+    def _await(self, task: str, message: msg.ToScheduler) -> bool:
+        """Send ``message`` and wait for ``task``'s Go (the signal exists
+        before the message leaves: a Go may come back at once)."""
+        event = _Signal()
+        with self._lock:
+            self._goes[task] = event
+        self.send(message)
+        event.wait()
+        with self._lock:
+            self._goes.pop(task, None)
+            return self._notified.pop(task, True)
+
+    # -- what tasks do --------------------------------------------------------------------
+    def begin(self, task: str, label: str, point: str, call: str | None = None) -> None:
+        """This thread is now ``task``; it runs once the scheduler says so."""
+        _local.task = task
+        if not self.released:
+            self._await(task, msg.Begin(task, label, point, call))
+
+    def point(self, point: str) -> None:
+        """The current task reached a scheduling point: wait for its turn."""
+        task = current_task()
+        if task is not None:
+            self._await(task, msg.At(task, point))
+
+    def block(self, on: tuple, point: str, timeout: float | None = None) -> bool:
+        """The current task waits for ``on``, then for its turn; whether it
+        was woken by what it waited for (False: by its timeout)."""
+        task = current_task()
+        if task is None:
+            return True
+        return self._await(task, msg.Block(task, point, on, timeout))
+
+    def issued(self, call: str, to: int, python: bool, rref: str | None) -> None:
+        """The current task issued ``call``: tell the scheduler, which lets it
+        go on at once, or once the answer is in when no task of the world's
+        makes it (torch answers in C++, or the callee is gone): whether such
+        an answer came before the task's next look at its future must not be
+        the clock's choice."""
+        task = current_task()
+        if task is not None:
+            self._await(task, msg.Issued(call, to, python, rref))
+
+    def end(self, *, responds_later: bool = False, failed: bool = False) -> None:
+        task = getattr(_local, "task", None)
+        _local.task = None
+        if task is not None:
+            self.send(msg.End(task, responds_later, failed))
+
+    def call_id(self) -> str:
+        """The id of the next call the current task issues: ``trainer1/3``."""
+        task = current_task() or "?"
+        with self._lock:
+            counter = self._seq.setdefault(task, itertools.count(1))
+            return f"{task}/{next(counter)}"
+
+    # -- conditions -------------------------------------------------------------------------
+    def cond_wait(self, cond: Any, timeout: float | None) -> bool:
+        task = current_task()
+        assert task is not None
+        key = id(cond)
+        with self._lock:
+            self._cond_waiters.setdefault(key, []).append(task)
+        return self.block(("cond", key), "wait on a condition", timeout)
+
+    def cond_notify(self, cond: Any, n: int) -> int:
+        """Wake up to ``n`` tasks waiting on ``cond``, first come first; how many."""
+        with self._lock:
+            waiters = self._cond_waiters.get(id(cond), [])
+            woken, waiters[:] = waiters[:n], waiters[n:]
+        for task in woken:
+            self.send(msg.Notified(task))
+        return len(woken)
+
+    def cond_forget(self, cond: Any, task: str) -> None:
+        """A waiter that timed out is no longer waiting."""
+        with self._lock:
+            waiters = self._cond_waiters.get(id(cond), [])
+            if task in waiters:
+                waiters.remove(task)
+
+
+class _Signal:
+    """A one-shot signal on a bare lock: a task's own wait for its Go, which
+    must not pass through the patched ``threading.Condition`` (an Event would)."""
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        try:
+            self._lock.release()
+        except RuntimeError:  # set already
+            pass
+
+    def wait(self) -> None:
+        self._lock.acquire()
+        self._lock.release()  # stays set for anyone else
+
+
+# -- calls ----------------------------------------------------------------------------------
+
+
+class Tagged:
+    """A function sent by a call issued under control, with the caller's id
+    for that call, so that the handler it starts is named after it."""
+
+    def __init__(self, call: str, func: Callable[..., Any]) -> None:
+        self.call = call
+        self.func = func
+        if hasattr(func, "_wrapped_async_rpc_function"):  # torch reads it on the caller's side
+            self._wrapped_async_rpc_function = func._wrapped_async_rpc_function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __reduce__(self) -> Any:
+        return (Tagged, (self.call, self.func))
+
+
+class _Track:
+    """A future of a call issued under control: its callbacks of the program's are counted."""
+
+    def __init__(self, call: str, what: str) -> None:
+        self.call, self.what = call, what
+        self.lock = threading.Lock()
+        self.reported = False
+        self.followers = 0
+
+
+# Keyed by the futures themselves, weakly: an id could be reused once a future is gone.
+_tracked: weakref.WeakKeyDictionary[Any, _Track] = weakref.WeakKeyDictionary()  # calls issued under control
+_derived: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()  # then(), collect_all()
+
+
+def track_call(future: Any, call: str, what: str) -> None:
+    """Report when ``future`` (call ``call``'s) completes, with how many of
+    the program's callbacks run after: the scheduler waits for them all."""
+    gate = _gate
+    if gate is None:
+        return
+    track = _Track(call, what)
+    _tracked[future] = track
+
+    def report(_: Any) -> None:
+        with track.lock:
+            track.reported = True
+            followers = track.followers
+        gate.send(msg.Completed(call, followers))
+
+    _ORIGINAL["add_done_callback"](future, report)
+
+
+def rref_id(rref: Any) -> str | None:
+    """``created_on:local_id`` of an RRef, the same on its owner and its users."""
+    match = _RREF_ID_RE.search(str(rref))
+    return f"{match[1]}:{match[2]}" if match else None
+
+
+def wait(future: Any) -> Any:
+    """``future.wait()`` under control (see the module docstring). A wait the
+    scheduler can see the end of is always a scheduling point, done or not:
+    whether a call answered in C++ is done already when its caller waits is
+    the clock's business, and the scheduler's answer must not depend on it."""
+    task = current_task()
+    original = _ORIGINAL["wait"]
+    if task is None or _gate is None:
+        return original(future)
+    parents = _derived.get(future)
+    if parents is not None:  # then()/collect_all(): wait for what it is made of first
+        for parent in parents:
+            wait(parent)
+        return original(future)
+    track = _tracked.get(future)
+    if track is not None:
+        _gate.block(("call", track.call), f"wait {track.what}")
+        return original(future)
+    serial = getattr(future, "__dict__", {}).get("_rpch_serial")
+    if serial is not None:  # a torch.futures.Future of the program's own
+        _gate.block(("future", serial, future.done()), "wait future")
+        return original(future)
+    return original(future)  # a future torch made: part of this step
+
+
+# -- the patches ------------------------------------------------------------------------------
+
+
+def install() -> None:
+    """Patch what a controlled task may wait in (idempotent; inert until
+    :func:`start`, and then only for threads that are tasks)."""
+    import torch
+    import torch.distributed.autograd as dist_autograd
+    import torch.futures
+    from torch.distributed.optim import DistributedOptimizer
+
+    future_type = torch._C.Future
+    if getattr(future_type.wait, _MARK, False):
+        return
+    _ORIGINAL.update(
+        wait=future_type.wait, then=future_type.then, add_done_callback=future_type.add_done_callback,
+        set_result=torch.futures.Future.set_result, set_exception=torch.futures.Future.set_exception,
+        collect_all=torch.futures.collect_all, cond_wait=threading.Condition.wait,
+        notify=threading.Condition.notify, sleep=time.sleep, backward=dist_autograd.backward,
+        optimizer_step=DistributedOptimizer.step,
+    )
+    future_type.wait = _marked(wait)
+    torch.futures.Future.__init__ = _marked(_numbered(torch.futures.Future.__init__))
+    future_type.then = _marked(_then)
+    future_type.add_done_callback = _marked(_add_done_callback)
+    torch.futures.Future.set_result = _marked(_resolving(_ORIGINAL["set_result"]))
+    torch.futures.Future.set_exception = _marked(_resolving(_ORIGINAL["set_exception"]))
+    torch.futures.collect_all = _marked(_collect_all)
+    torch.futures.wait_all = _marked(_wait_all)
+    threading.Condition.wait = _marked(_cond_wait)
+    threading.Condition.notify = _marked(_notify)
+    threading.Condition.notify_all = _marked(lambda self: _notify(self, sys.maxsize))
+    time.sleep = _marked(_sleep)
+    dist_autograd.backward = _marked(_at_point("dist_autograd.backward", _ORIGINAL["backward"]))
+    DistributedOptimizer.step = _marked(_at_point("DistributedOptimizer.step", _ORIGINAL["optimizer_step"]))
+
+
+def _marked(function: Callable[..., Any]) -> Callable[..., Any]:
+    setattr(function, _MARK, True)
+    return function
+
+
+def _at_point(point: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def at_point(*args: Any, **kwargs: Any) -> Any:
+        if _gate is not None:
+            _gate.point(point)
+        return original(*args, **kwargs)
+
+    at_point.__name__ = getattr(original, "__name__", point)
+    at_point.__doc__ = getattr(original, "__doc__", None)
+    return at_point
+
+
+def _follower(future: Any, callback: Callable[..., Any]) -> Callable[..., Any]:
+    """The program's callback on a tracked call's future, counted: the
+    scheduler waits until it has run (it runs in torch's thread that
+    completed the future, outside any task)."""
+    track = _tracked.get(future)
+    if track is None or _gate is None:
+        return callback
+    with track.lock:
+        if track.reported:
+            return callback  # completed already: it runs now, in this thread's step
+        track.followers += 1
+    gate = _gate
+
+    def counted(fut: Any) -> Any:
+        try:
+            return callback(fut)
+        finally:
+            gate.send(msg.Followed(track.call))
+
+    return counted
+
+
+def _then(self: Any, callback: Callable[..., Any]) -> Any:
+    derived = _ORIGINAL["then"](self, _follower(self, callback))
+    if _gate is not None:
+        _derived[derived] = [self]
+    return derived
+
+
+def _add_done_callback(self: Any, callback: Callable[..., Any]) -> None:
+    return _ORIGINAL["add_done_callback"](self, _follower(self, callback))
+
+
+def _numbered(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Every future the program makes gets a serial: its completion is told
+    to the scheduler, which is then sure of who a wait on it waits for."""
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.__dict__["_rpch_serial"] = next(_serials)
+
+    init.__name__, init.__doc__ = original.__name__, original.__doc__
+    return init
+
+
+def _resolving(original: Callable[..., Any]) -> Callable[..., Any]:
+    def resolve(self: Any, value: Any) -> None:
+        original(self, value)
+        serial = self.__dict__.get("_rpch_serial")
+        if serial is not None and _gate is not None:
+            _gate.send(msg.Resolved(serial))
+
+    resolve.__name__ = original.__name__
+    resolve.__doc__ = original.__doc__
+    return resolve
+
+
+def _collect_all(futures: list[Any]) -> Any:
+    collected = _ORIGINAL["collect_all"](futures)
+    if _gate is not None:
+        _derived[collected] = list(futures)
+    return collected
+
+
+def _wait_all(futures: list[Any]) -> list[Any]:
+    return [future.wait() for future in futures]
+
+
+def _cond_wait(self: threading.Condition, timeout: float | None = None) -> bool:
+    task = current_task()
+    if task is None or _gate is None:
+        return _ORIGINAL["cond_wait"](self, timeout)
+    if not self._is_owned():  # type: ignore[attr-defined]
+        raise RuntimeError("cannot wait on un-acquired lock")
+    saved = self._release_save()  # type: ignore[attr-defined]
+    gate = _gate
+    try:
+        notified = gate.cond_wait(self, timeout)
+    finally:
+        self._acquire_restore(saved)  # type: ignore[attr-defined]
+    if not notified:
+        gate.cond_forget(self, task)
+    return notified
+
+
+def _notify(self: threading.Condition, n: int = 1) -> None:
+    woken = _gate.cond_notify(self, n) if _gate is not None and not _gate.released else 0
+    if n > woken:
+        _ORIGINAL["notify"](self, n - woken)
+
+
+def _sleep(seconds: float) -> None:
+    if current_task() is None or _gate is None:
+        return _ORIGINAL["sleep"](seconds)
+    _gate.block(("timer",), "sleep", seconds)
+    return None
+
+
+def raw_wait(future: Any) -> Any:
+    """``future.wait()`` as torch does it, for the harness's own callbacks
+    (never a scheduling point, even when it runs inline in a task)."""
+    return _ORIGINAL.get("wait", type(future).wait)(future)
+
+
+def real_sleep(seconds: float) -> None:
+    """``time.sleep`` as it was, for the harness's own waits."""
+    _ORIGINAL.get("sleep", time.sleep)(seconds)

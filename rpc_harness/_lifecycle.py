@@ -1,0 +1,200 @@
+"""A rank's way into the RPC world and out of it, whoever calls ``init_rpc``
+and ``rpc.shutdown``: the harness (``run`` worlds) or the program itself
+(``spawn`` worlds, written the tutorials' way).
+
+Leaving is where a program on its own goes wrong: a graceful shutdown waits
+for every peer, so after a planned kill it waits forever. So every rank
+leaves through the supervisor: it says it is done, the supervisor answers
+once every live rank is done, gracefully only when nobody died, and the rank
+shuts down as told. :func:`install` puts ``torch.distributed.rpc.init_rpc``
+and ``shutdown`` behind this in a process (the forkserver, before any module
+binds them by name); outside a rank they are torch's own.
+
+A spawned program's ``init_rpc`` keeps its name, options and timeouts; the
+harness supplies what a world on one machine needs: its own rendezvous when
+the call leaves the tutorials' default (``env://``), the backend its message
+faults need, and checks that rank and world size are the ones it started.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch.distributed.rpc as rpc
+
+from . import _gate
+from . import _messages as msg
+from .context import EventLog, RankContext
+from .rank_setup import rpc_backend, tensorpipe_options
+
+DEFAULT_INIT_METHOD = "env://"  # what init_rpc uses when the program names none
+
+_current: Lifecycle | None = None
+_original_init: Callable[..., Any] | None = None
+_original_shutdown: Callable[..., Any] | None = None
+
+
+def install() -> None:
+    """Route this process's ``init_rpc`` and ``shutdown`` through its rank's
+    lifecycle (idempotent)."""
+    global _original_init, _original_shutdown
+    from torch.distributed.rpc import api
+
+    if _original_init is not None:
+        return
+    _original_init, _original_shutdown = rpc.init_rpc, rpc.shutdown
+
+    def init_rpc(name: str, backend: Any = None, rank: int = -1, world_size: int | None = None,
+                 rpc_backend_options: Any = None) -> None:
+        if _current is None:
+            return _original_init(name, backend, rank, world_size, rpc_backend_options)
+        return _current.program_init(name, backend, rank, world_size, rpc_backend_options)
+
+    def shutdown(graceful: bool = True, timeout: float = 0) -> None:
+        if _current is None:
+            return _original_shutdown(graceful=graceful, timeout=timeout)
+        return _current.leave(graceful=graceful, timeout=timeout)
+
+    for wrapper, original in ((init_rpc, _original_init), (shutdown, _original_shutdown)):
+        wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original  # type: ignore[attr-defined]
+    rpc.init_rpc, rpc.shutdown, api.shutdown = init_rpc, shutdown, shutdown
+
+
+def original_shutdown(graceful: bool) -> None:
+    """torch's own ``rpc.shutdown`` (for a rank failing on its way out)."""
+    assert _original_shutdown is not None
+    _original_shutdown(graceful=graceful)
+
+
+class Lifecycle:
+    """One rank's joining and leaving, reported to its supervisor."""
+
+    def __init__(self, *, ctx: RankContext, events: EventLog, send: Callable[[msg.ToSupervisor], None],
+                 conn: Connection, init_method: str, rpc_timeout: float, spawned: bool,
+                 program_timeout: float | None = None) -> None:
+        """``rpc_timeout`` is the world's; ``program_timeout`` the one the
+        world was given explicitly (None: a spawned program keeps its own)."""
+        global _current
+        self.ctx, self.events, self.send, self.conn = ctx, events, send, conn
+        self.init_method, self.rpc_timeout, self.spawned = init_method, rpc_timeout, spawned
+        self.program_timeout = program_timeout
+        self.phase = "starting"  # starting, entry, shutdown, exiting
+        self.joined = False
+        self.left = False
+        _current = self
+
+    # -- joining ------------------------------------------------------------------------
+    def join(self) -> None:
+        """The harness's own ``init_rpc`` for a ``run`` world's entry."""
+        assert _original_init is not None
+        backend, options = rpc_backend(self.ctx, self.init_method, self.rpc_timeout)
+        _original_init(self.ctx.name, backend=backend, rank=self.ctx.rank, world_size=self.ctx.world_size,
+                       rpc_backend_options=options)
+        self._joined(self.ctx.names)
+
+    def program_init(self, name: str, backend: Any, rank: int, world_size: int | None, options: Any) -> None:
+        """A spawned program's own ``init_rpc``, with what the harness needs merged in."""
+        ctx = self.ctx
+        if not self.spawned:
+            raise RuntimeError(
+                "rpc_world.run() / rpc_harness.run_world() start RPC before calling the entry, which must not call "
+                "rpc.init_rpc itself; for a program that calls init_rpc and shutdown itself use "
+                "rpc_world.spawn() / rpc_harness.spawn()"
+            )
+        if self.joined:
+            raise RuntimeError("a spawned rank may call rpc.init_rpc once: the harness supports one RPC world per process")
+        if rank not in (-1, None, ctx.rank):
+            raise ValueError(f"init_rpc(rank={rank}) in the process the harness started as rank {ctx.rank}")
+        if world_size not in (None, ctx.world_size):
+            raise ValueError(f"init_rpc(world_size={world_size}) in a world the harness started with "
+                             f"{ctx.world_size} processes (nprocs={ctx.world_size})")
+        backend, options = self._merged_backend(name, backend, options)
+        ctx.take_name(name)  # peers may call this rank before its init_rpc returns
+        assert _original_init is not None
+        _original_init(name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
+        infos = sorted(rpc.api._get_current_rpc_agent().get_worker_infos(), key=lambda info: info.id)
+        self._joined(tuple(info.name for info in infos))
+
+    def _merged_backend(self, name: str, backend: Any, options: Any) -> tuple[Any, Any]:
+        init_method = getattr(options, "init_method", DEFAULT_INIT_METHOD)
+        # A timeout the world was given wins over the program's own options
+        # (even default ones, which cannot be told from chosen ones).
+        timeout = self.program_timeout or getattr(options, "rpc_timeout", self.rpc_timeout)
+        threads = getattr(options, "num_worker_threads", None)
+        ours, merged = rpc_backend(
+            self.ctx, self.init_method if init_method == DEFAULT_INIT_METHOD else init_method, timeout,
+            name=name, num_worker_threads=threads,
+        )
+        if options is not None and ours == rpc.backend_registry.BackendType.TENSORPIPE:
+            # The program's own device maps stay; its transports cannot be
+            # read back, and TCP is what every world runs (rank_setup).
+            merged = tensorpipe_options(merged.init_method, timeout, threads or 16,
+                                        device_maps=options.device_maps, devices=options.devices)
+        return ours, merged
+
+    def _joined(self, names: tuple[str, ...]) -> None:
+        self.ctx.join(names)
+        self.joined = True
+        self.phase = "entry"
+        self.events.write("init_rpc")
+        self.send(msg.Joined(tuple(names)))
+        self.events.write("entry_start")
+        if _gate._gate is not None:  # a controlled world: the entry is a task from here on
+            _gate._gate.begin(self.ctx.name or str(self.ctx.rank), "main", "start")
+
+    # -- leaving ------------------------------------------------------------------------
+    def leave(self, *, graceful: bool = True, timeout: float = 0, value: bytes | None = None) -> None:
+        """Say this rank is done (with its pickled return value, if known),
+        wait for the supervisor's word, and shut down as it says: gracefully
+        only if the program asked for it and no rank died."""
+        if not self.joined or self.left:
+            assert _original_shutdown is not None
+            return _original_shutdown(graceful=graceful, timeout=timeout)
+        if _gate._gate is not None:  # the entry's task is over (a spawned program's, in its shutdown)
+            _gate._gate.end()
+        self.ctx.flush_progress()  # what its RPC handlers reported since
+        self.ctx.record_hits()
+        self.events.write("entry_done")
+        self.send(msg.EntryDone(value))
+        self.phase = "shutdown"
+        word = self.conn.recv()
+        if not isinstance(word, msg.Shutdown):
+            raise RuntimeError(f"the supervisor said {word!r} where a Shutdown was due")
+        graceful = graceful and word.graceful
+        self.ctx.flush_progress()
+        self.events.write("shutdown_start", graceful=graceful)
+        assert _original_shutdown is not None
+        _original_shutdown(graceful=graceful, timeout=timeout)
+        # Again, now that it serves no more RPCs: a rank whose entry returns
+        # at once (an observer) reaches its failpoints while serving peers.
+        self.ctx.record_hits()
+        self.events.write("shutdown_done")
+        self.left = True
+        self.phase = "exiting"
+        self.send(msg.ShutDown())
+
+    def wait_for_exit(self) -> None:
+        """After a shutdown: wait until every rank has shut down. A rank that
+        ended at once could take with it what a peer's shutdown still talks
+        to: a program's own store (``tcp://``), which rank 0 hosts."""
+        if not self.left:
+            return
+        try:
+            word = self.conn.recv()
+        except (EOFError, OSError):  # the supervisor is gone: nothing to wait for
+            return
+        if not isinstance(word, msg.Exit):
+            raise RuntimeError(f"the supervisor said {word!r} where an Exit was due")
+
+
+def spawn_environment(rank: int, world_size: int, master_port: int) -> dict[str, str]:
+    """The variables the tutorials' programs read (or set) for ``env://``."""
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "RANK": str(rank),
+            "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)}
+
+
+def set_spawn_environment(rank: int, world_size: int, master_port: int) -> None:
+    os.environ.update(spawn_environment(rank, world_size, master_port))

@@ -1,0 +1,616 @@
+"""The scheduler of a controlled world, in its supervisor (see :mod:`rpc_harness.schedule`).
+
+It runs one task of the whole world at a time. The ranks' tasks report
+where they stand (``_gate``); the scheduler lets one go, and chooses the
+next only when the world is *quiet*: no step running, every call issued
+under control arrived (its handler's task has begun) or answered, every
+callback of the program's on an answered call returned. So the set of
+tasks that can run at each choice depends on the choices before it and
+nothing else, and the seed's choices give the same schedule every time.
+
+Waits the scheduler cannot see the end of stay inside a step (``_gate``).
+A step that never ends, or a world in which every task waits, is not
+waited for forever: the supervisor sees no progress, asks
+:meth:`Scheduler.stalled` what is outstanding and lets the world run free.
+
+Time under control is the schedule's own: a sleep, or a wait with a
+timeout, ends when no task can run and it is the earliest to end, as in a
+discrete-event simulator (FoundationDB's, madsim's). A delay fault is
+such a sleep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import _messages as msg
+from .schedule import ScheduleSpec, Step
+from .seeds import derive_seed
+
+READY, RUNNING, BLOCKED, ENDED = "ready", "running", "blocked", "ended"
+PCT_DEFAULT_LENGTH = 200  # steps over which PCT spreads its change points when not told
+
+
+@dataclass
+class Task:
+    id: str
+    rank: int
+    label: str
+    state: str = READY
+    point: str = ""  # where it stands (or waits)
+    on: tuple | None = None  # what it waits for, when blocked
+    notified: bool = True  # what its next Go says (False: its wait timed out)
+    timer: float | None = None  # the schedule's time at which its wait times out
+
+
+@dataclass
+class Call:
+    id: str
+    caller: str | None
+    to: int
+    python: bool
+    rref: str | None = None
+    settled: bool = False
+    completed: bool = False  # its caller heard the answer (maybe before its handler's end reached us)
+
+
+@dataclass
+class _Timers:
+    heap: list[tuple[float, int, str]] = field(default_factory=list)
+    order: itertools.count = field(default_factory=itertools.count)
+
+    def add(self, at: float, task: str) -> None:
+        heapq.heappush(self.heap, (at, next(self.order), task))
+
+    def pop_due(self, tasks: dict[str, Task]) -> tuple[float, list[Task]]:
+        """The tasks whose timers end first (skipping cancelled ones)."""
+        woken: list[Task] = []
+        first: float | None = None
+        while self.heap:
+            at, _, task_id = self.heap[0]
+            task = tasks.get(task_id)
+            if task is None or task.timer != at or task.state != BLOCKED:
+                heapq.heappop(self.heap)
+                continue
+            if first is not None and at != first:
+                break
+            first = at
+            heapq.heappop(self.heap)
+            woken.append(task)
+        return (first or 0.0), woken
+
+
+class Scheduler:
+    """Chooses, one step at a time, which task of a controlled world runs."""
+
+    def __init__(self, spec: ScheduleSpec, seed: int, world_size: int, send: Callable[[int, object], None],
+                 clock: Callable[[], float]) -> None:
+        self.spec = spec
+        self.send = send
+        self.clock = clock
+        self.rng = random.Random(derive_seed(seed, "schedule"))
+        self.seed = seed
+        self.world_size = world_size
+        self.tasks: dict[str, Task] = {}  # every task the world had (ended ones too: their ranks are asked)
+        self.ready: dict[str, Task] = {}  # the tasks that could run now
+        self.waiting: dict[tuple, dict[str, Task]] = {}  # blocked tasks by what they wait for
+        self.calls: dict[str, Call] = {}
+        self.mains_pending = set(range(world_size))
+        self.arrivals: set[str] = set()  # calls whose handler has not begun
+        self.early: set[str] = set()  # handlers that began before their call was reported
+        self.answers: set[str] = set()  # calls whose completion is due
+        self.heard: set[str] = set()  # calls whose completion came before the call itself was reported
+        self.acks: dict[str, Task] = {}  # callers waiting, in their step, for an answer no task makes
+        self.followers: dict[str, int] = {}  # calls whose program callbacks still run
+        self.resolved: set[tuple[int, int]] = set()  # (rank, serial) of the program's futures
+        self.pending_rrefs: dict[str, str] = {}  # rref id -> the call creating it, until its handler ends
+        self.notified_early: set[str] = set()
+        self.gone: set[int] = set()
+        self.frozen: set[int] = set()
+        self.timers = _Timers()
+        self.now = 0.0  # the schedule's clock, seconds
+        self.running: Task | None = None
+        self.last: Task | None = None
+        self.step_started = 0.0
+        self.step_preempted = False
+        self.steps: list[Step] = []
+        self.problems: list[str] = []  # a replay that diverged
+        self.controlled = True
+        self.halted = False  # the world is failing: no more steps (how many more would be the clock's choice)
+        self.note = ""  # why control was given up, if it was
+        self._occurrences: dict[tuple[str, str], int] = {}
+        self._strategy = _strategy(spec, self)
+
+    # -- what the ranks say ---------------------------------------------------------------
+    def on_message(self, rank: int, message: msg.ToScheduler) -> None:
+        if not self.controlled:
+            return
+        match message:
+            case msg.Begin(task, label, point, call):
+                self._begin(rank, task, label, point, call)
+            case msg.At(task, point):
+                self._stop(task, point, READY)
+            case msg.Block(task, point, on, timeout):
+                self._block(rank, task, point, on, timeout)
+            case msg.End(task, responds_later, failed):
+                self._end(task, responds_later)
+                if failed:
+                    self.halt()
+            case msg.Issued(call, to, python, rref):
+                self._issued(call, to, python, rref)
+            case msg.Completed(call, followers):
+                self.answers.discard(call)
+                if call in self.calls:
+                    self.calls[call].completed = True
+                else:
+                    self.heard.add(call)
+                caller = self.acks.pop(call, None)
+                if caller is not None:
+                    self.send(caller.rank, msg.Go(caller.id))
+                if followers:
+                    self.followers[call] = self.followers.get(call, 0) + followers
+                else:
+                    self._settle(call)
+            case msg.Followed(call):
+                left = self.followers.get(call, 1) - 1
+                if left > 0:
+                    self.followers[call] = left
+                else:
+                    self.followers.pop(call, None)
+                    self._settle(call)
+            case msg.Due(call):
+                if call in self.calls and not self.calls[call].completed and self._alive_caller(self.calls[call]):
+                    self.answers.add(call)
+            case msg.Resolved(serial):
+                self.resolved.add((rank, serial))
+                self._wake(("future", rank, serial))
+            case msg.Notified(task):
+                self._notified(task)
+
+    def _begin(self, rank: int, task_id: str, label: str, point: str, call: str | None) -> None:
+        if call is None:
+            self.mains_pending.discard(rank)
+        elif call in self.arrivals:
+            self.arrivals.discard(call)
+        else:
+            self.early.add(call)
+        task = self.tasks[task_id] = Task(task_id, rank, label, BLOCKED, point)
+        self._ready(task, notified=True)
+
+    def _stop(self, task_id: str, point: str, state: str) -> Task | None:
+        task = self.tasks.get(task_id)
+        if task is None:
+            return None
+        if self.running is task:
+            self._record(task, point)
+            self.running = None
+        self._leave(task)
+        task.state, task.point = state, point
+        if state == READY:
+            self.ready[task.id] = task
+        return task
+
+    def _leave(self, task: Task) -> None:
+        """Take ``task`` out of the indexes of its current state."""
+        self.ready.pop(task.id, None)
+        if task.state == BLOCKED and task.on is not None:
+            waiters = self.waiting.get(task.on)
+            if waiters is not None:
+                waiters.pop(task.id, None)
+                if not waiters:
+                    del self.waiting[task.on]
+
+    def _block(self, rank: int, task_id: str, point: str, on: tuple, timeout: float | None) -> None:
+        done_already = on[0] == "future" and len(on) > 2 and on[2]  # completed before the gate knew of it
+        key = ("future", rank, on[1]) if on[0] == "future" else on
+        task = self._stop(task_id, point, BLOCKED)
+        if task is None:
+            return
+        task.on = key
+        self.waiting.setdefault(key, {})[task.id] = task
+        if done_already:
+            self._ready(task, notified=True)
+        elif key[0] == "cond" and task_id in self.notified_early:
+            self.notified_early.discard(task_id)
+            self._ready(task, notified=True)
+        elif self._resolvable(key):
+            self._ready(task, notified=True)
+        elif timeout is not None:
+            task.timer = self.now + max(0.0, timeout)
+            self.timers.add(task.timer, task.id)
+
+    def _end(self, task_id: str, responds_later: bool) -> None:
+        task = self._stop(task_id, "end", ENDED)
+        call = self.calls.get(task_id)
+        if call is None:
+            return
+        call.task_ended = True
+        if call.rref is not None and self.pending_rrefs.pop(call.rref, None) is not None:
+            self._wake(("rref", call.rref))
+        if not responds_later and not call.completed and self._alive_caller(call):
+            self.answers.add(call.id)  # (the caller's report may have come first: pipes race)
+        if task is not None and task.id in self.notified_early:
+            self.notified_early.discard(task.id)
+
+    def _issued(self, call_id: str, to: int, python: bool, rref: str | None) -> None:
+        running = self.running
+        call = self.calls[call_id] = Call(call_id, running.id if running else None, to, python, rref)
+        if python and to not in self.gone and to not in self.frozen:
+            if call_id in self.early:
+                self.early.discard(call_id)
+            else:
+                self.arrivals.add(call_id)
+            if rref is not None:
+                self.pending_rrefs[rref] = call_id
+        elif call_id in self.heard:  # answered in C++, or failed at a gone callee, already
+            self.heard.discard(call_id)
+            call.completed = True
+            call.settled = call_id not in self.followers
+        else:  # its caller goes on once it is (at once, or a frozen callee's timeout)
+            self.answers.add(call_id)
+            if running is not None:
+                self.acks[call_id] = running
+                return
+        if running is not None:
+            self.send(running.rank, msg.Go(running.id))
+
+    def _settle(self, call_id: str) -> None:
+        call = self.calls.get(call_id)
+        if call is not None:
+            call.settled = True
+        self._wake(("call", call_id))
+
+    def _notified(self, task_id: str) -> None:
+        task = self.tasks.get(task_id)
+        if task is not None and task.state == BLOCKED and task.on is not None and task.on[0] == "cond":
+            self._ready(task, notified=True)
+        else:
+            self.notified_early.add(task_id)
+
+    def _resolvable(self, key: tuple) -> bool:
+        kind = key[0]
+        if kind == "call":
+            call = self.calls.get(key[1])
+            return call is None or call.settled  # a call the scheduler never saw is not waited for
+        if kind == "future":
+            return (key[1], key[2]) in self.resolved
+        if kind == "rref":
+            return key[1] not in self.pending_rrefs
+        return False  # conditions and timers: woken by a notify or the clock
+
+    def _wake(self, key: tuple) -> None:
+        for task in sorted(self.waiting.get(key, {}).values(), key=lambda t: t.id):
+            self._ready(task, notified=True)
+
+    def _ready(self, task: Task, *, notified: bool) -> None:
+        self._leave(task)
+        task.state, task.notified, task.on, task.timer = READY, notified, None, None
+        self.ready[task.id] = task
+
+    def _alive_caller(self, call: Call) -> bool:
+        caller = self.tasks.get(call.caller) if call.caller else None
+        return caller is not None and caller.rank not in self.gone
+
+    # -- ranks that died or froze ---------------------------------------------------------------
+    def rank_gone(self, rank: int, *, frozen: bool = False, unexpected: bool = False) -> None:
+        """A rank died (or froze: its calls end at their timeouts): its tasks
+        are over, calls to it end in errors, calls from it are not answered.
+        A death the plan did not ask for ends the world, and the schedule."""
+        if unexpected:
+            self.halt()
+        (self.frozen if frozen else self.gone).add(rank)
+        self.mains_pending.discard(rank)
+        for task in self.tasks.values():
+            if task.rank == rank and task.state != ENDED:
+                if self.running is task:
+                    self._record(task, "frozen" if frozen else "died")
+                    self.running = None
+                self._leave(task)
+                task.state = ENDED
+        for call in self.calls.values():
+            caller = self.tasks.get(call.caller) if call.caller else None
+            if caller is not None and caller.rank == rank:  # nobody is left to hear its answer
+                self.arrivals.discard(call.id)
+                self.answers.discard(call.id)
+                self.followers.pop(call.id, None)
+            elif call.to == rank and not call.settled and call.id not in self.followers:
+                self.arrivals.discard(call.id)  # it ends in an error at its caller
+                if self._alive_caller(call):
+                    self.answers.add(call.id)
+
+    # -- choosing ---------------------------------------------------------------------------------
+    def quiet(self) -> bool:
+        """Nothing running, nothing on its way: the next choice can be made."""
+        return (self.running is None and not self.mains_pending and not self.arrivals and not self.answers
+                and not self.followers)
+
+    def halt(self) -> None:
+        """The world is failing: its schedule ends here."""
+        self.halted = True
+
+    def entries_done(self) -> None:
+        """Every entry has returned and the world shuts down: the schedule
+        ends here, and the handlers still left (a late ping, a call the
+        program never waited for) run free rather than wait for turns into
+        a shutdown that would not wait for them (after a death torch's does not)."""
+        if self.controlled and not self.halted:
+            self.halt()
+            for rank in range(self.world_size):
+                if rank not in self.gone:
+                    self.send(rank, msg.Release())
+
+    def decide(self) -> None:
+        """If the world is quiet, let the chosen task go."""
+        if not self.controlled or self.halted or not self.quiet():
+            return
+        ready = sorted(self.ready.values(), key=lambda t: t.id)
+        if not ready:
+            at, woken = self.timers.pop_due(self.tasks)
+            if not woken:
+                return  # every task waits: for the real world (a timeout, a death), or forever
+            self.now = max(self.now, at)
+            for task in woken:
+                self._ready(task, notified=False)
+            ready = sorted(woken, key=lambda t: t.id)
+        chosen = self._strategy(ready)
+        last = self.last
+        self.step_preempted = last is not None and last.state == READY and chosen is not last and last in ready
+        self._leave(chosen)
+        self.running = chosen
+        chosen.state = RUNNING
+        self.step_started = self.clock()
+        self.send(chosen.rank, msg.Go(chosen.id, chosen.notified))
+
+    def _record(self, task: Task, point: str) -> None:
+        index = len(self.steps)
+        self.steps.append(Step(index, task.rank, "", task.id, task.label, point, self.step_preempted,
+                               self.step_started, self.clock()))
+        key = (task.id, point)
+        self._occurrences[key] = self._occurrences.get(key, 0) + 1
+        self.last = task
+        if self.spec.kind == "replay" and index < len(self.spec.steps) and not self.problems:
+            expected_task, expected_point = self.spec.steps[index]
+            if (task.id, point) != (expected_task, expected_point):
+                self._diverged(f"step {index}: expected {expected_task} to reach {expected_point}, "
+                               f"{task.id} ({task.label}) reached {point}")
+
+    def _diverged(self, what: str) -> None:
+        self.problems.append(f"the replayed schedule diverged: {what}")
+
+    def finish(self) -> None:
+        """The world is over: a replay that took fewer or more steps diverged."""
+        if self.spec.kind == "replay" and self.controlled and not self.problems:
+            if len(self.steps) != len(self.spec.steps):
+                self._diverged(f"the world took {len(self.steps)} steps; the recorded schedule has "
+                               f"{len(self.spec.steps)}")
+
+    # -- giving up control ----------------------------------------------------------------------------
+    def busy(self) -> bool:
+        """Whether the scheduler waits for something it was told will happen
+        (a step to end, a call to arrive or be answered)."""
+        return self.controlled and not self.quiet() and not self._only_real_time()
+
+    def _only_real_time(self) -> bool:
+        # What a frozen rank's callers wait for ends at their RPC timeouts.
+        if self.running is not None or self.mains_pending or self.arrivals or self.followers:
+            return False
+        return all(self.calls[c].to in self.frozen for c in self.answers if c in self.calls)
+
+    def stalled(self) -> str:
+        """What the scheduler is waiting for, for a report."""
+        parts = []
+        if self.running is not None:
+            parts.append(f"{self.running.id} ({self.running.label}) has not reached its next scheduling point "
+                         f"since {self.running.point or 'it began'}")
+        if self.mains_pending:
+            parts.append(f"ranks {sorted(self.mains_pending)} have not started their entry")
+        if self.arrivals:
+            parts.append(f"calls {sorted(self.arrivals)} were issued but their handlers never began")
+        if self.answers:
+            parts.append(f"calls {sorted(self.answers)} were never answered")
+        if self.followers:
+            parts.append(f"callbacks on calls {sorted(self.followers)} never returned")
+        if not parts:
+            waiting = [f"{t.id} ({t.label}) at {t.point}" for tasks in self.waiting.values() for t in tasks.values()]
+            parts.append("every task waits: " + ("; ".join(waiting) or "none is left"))
+        return "; ".join(parts)
+
+    def release(self, why: str) -> None:
+        """Stop controlling: every task runs free from now on."""
+        if not self.controlled:
+            return
+        self.controlled = False
+        self.note = why
+        for rank in range(self.world_size):
+            if rank not in self.gone:
+                self.send(rank, msg.Release())
+
+    def steps_named(self, names: tuple[str, ...]) -> list[Step]:
+        """The steps, with each rank's worker name filled in."""
+        return [dataclasses.replace(step, worker=names[step.rank] if step.rank < len(names) else "")
+                for step in self.steps]
+
+
+# -- strategies ----------------------------------------------------------------------------------
+
+
+def _strategy(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+    if spec.kind == "pct":
+        return _pct(spec, scheduler)
+    if spec.kind == "replay":
+        return _replay(spec, scheduler)
+    if spec.kind == "guide":
+        return _guide(spec, scheduler)
+    return _random_walk(scheduler)
+
+
+def _random_walk(scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+    def choose(ready: list[Task]) -> Task:
+        return ready[0] if len(ready) == 1 else ready[scheduler.rng.randrange(len(ready))]
+
+    return choose
+
+
+def _pct(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+    """PCT: a priority per task (from the seed and the task's id, so not
+    from the order tasks arrive in), the highest ready one runs; at depth-1
+    change points, drawn over the expected number of steps, the task that
+    just ran drops below every other."""
+    length = spec.length or PCT_DEFAULT_LENGTH
+    changes = sorted(scheduler.rng.sample(range(1, max(length, spec.depth)), spec.depth - 1))
+    lowered: dict[str, int] = {}
+
+    def priority(task: Task) -> float:
+        if task.id in lowered:
+            return -lowered[task.id]
+        return float(derive_seed(scheduler.seed, "pct", task.id))
+
+    def choose(ready: list[Task]) -> Task:
+        step = len(scheduler.steps)
+        while changes and changes[0] <= step:
+            changes.pop(0)
+            if scheduler.last is not None:
+                lowered[scheduler.last.id] = len(lowered) + 1
+        return max(ready, key=priority)
+
+    return choose
+
+
+def _replay(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+    def choose(ready: list[Task]) -> Task:
+        step = len(scheduler.steps)
+        if step < len(spec.steps):
+            expected = spec.steps[step][0]
+            for task in ready:
+                if task.id == expected:
+                    return task
+            if not scheduler.problems:
+                shown = ", ".join(f"{t.id} ({t.label}) at {t.point}" for t in ready)
+                scheduler._diverged(f"step {step}: expected {expected} to run, but it could not; "
+                                    f"ready: {shown}")
+        elif not scheduler.problems:
+            shown = ", ".join(f"{t.id} ({t.label}) at {t.point}" for t in ready)
+            scheduler._diverged(f"step {step}: the recorded schedule ended after {len(spec.steps)} steps, "
+                                f"but the world went on: {shown} could run")
+        return _continuing(scheduler, ready)
+
+    return choose
+
+
+def _guide(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+    """Follow the choices of a recorded schedule where the same moment comes
+    (the same task at the same point for the same time), else go on with
+    the task that ran: how shrinking drops one preemption at a time."""
+    prefer = {(prev, point, n): chosen for prev, point, n, chosen in spec.prefs}
+
+    def choose(ready: list[Task]) -> Task:
+        last = scheduler.steps[-1] if scheduler.steps else None
+        key = (last.task, last.point, scheduler._occurrences.get((last.task, last.point), 0)) if last else ("", "", 0)
+        wanted = prefer.get(key)
+        for task in ready:
+            if task.id == wanted:
+                return task
+        return _continuing(scheduler, ready)
+
+    return choose
+
+
+def _continuing(scheduler: Scheduler, ready: list[Task]) -> Task:
+    """The task that ran last, if it can go on; else the first by id."""
+    last = scheduler.last
+    return last if last is not None and last in ready else ready[0]
+
+
+# -- the supervisor's end of the pipes ------------------------------------------------------------
+
+# A step or an awaited event with no message for this long, while no thread
+# of any rank could run (none runnable, in every look), is waiting where the
+# scheduler cannot see: control is given up. Runnable threads on a loaded
+# machine are starved, not stuck: they reset the clock.
+STALL_SECONDS = 3.0
+
+
+class ScheduleLink:
+    """The scheduler and its pipes to the ranks, as the supervisor drives them."""
+
+    def __init__(self, spec: ScheduleSpec, seed: int, world_size: int, clock: Callable[[], float]) -> None:
+        self.conns: list[object | None] = []
+        self.scheduler = Scheduler(spec, seed, world_size, self._send, clock)
+        self.heard = clock()  # the last message, or the last time a rank thread could run
+        self.clock = clock
+
+    def add(self, conn: object | None) -> None:
+        self.conns.append(conn)
+
+    def _send(self, rank: int, message: object) -> None:
+        conn = self.conns[rank] if rank < len(self.conns) else None
+        if conn is None:
+            return
+        try:
+            conn.send(message)  # type: ignore[attr-defined]
+        except (OSError, ValueError):  # the rank is gone; its sentinel says how
+            pass
+
+    def waitables(self, ranks: set[int]) -> dict[object, int]:
+        return {conn: rank for rank, conn in enumerate(self.conns) if conn is not None and rank in ranks}
+
+    def drain(self, rank: int) -> None:
+        conn = self.conns[rank]
+        try:
+            while conn is not None and conn.poll():  # type: ignore[attr-defined]
+                self.scheduler.on_message(rank, conn.recv())  # type: ignore[attr-defined]
+        except (EOFError, OSError):
+            self.conns[rank] = None
+        self.heard = self.clock()
+        self.scheduler.decide()
+
+    def rank_gone(self, rank: int, *, frozen: bool = False, unexpected: bool = False) -> None:
+        self.scheduler.rank_gone(rank, frozen=frozen, unexpected=unexpected)
+        self.scheduler.decide()
+
+    def stalled(self, pids: list[int]) -> str | None:
+        """What control waits for, if nothing has moved for a while and the
+        ranks use no CPU (a task blocked where the scheduler cannot see, or
+        every task waiting for another); None while things move."""
+        scheduler = self.scheduler
+        idle_with_waiters = scheduler.quiet() and bool(scheduler.waiting) and not scheduler.ready
+        now = self.clock()
+        if not scheduler.controlled or not (scheduler.busy() or idle_with_waiters):
+            self.heard = now
+            return None
+        if now - self.heard < STALL_SECONDS:
+            return None
+        if _any_runnable(pids):  # computing, or starved on a loaded machine: not stuck
+            self.heard = now
+            return None
+        return scheduler.stalled()
+
+    def close(self) -> None:
+        for conn in self.conns:
+            if conn is not None:
+                conn.close()  # type: ignore[attr-defined]
+        self.conns = [None] * len(self.conns)
+
+
+def _any_runnable(pids: list[int]) -> bool:
+    """Whether any thread of these processes is running or waiting for a CPU."""
+    for pid in pids:
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as file:
+                    state = file.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state == "R":
+                return True
+    return False

@@ -1,0 +1,459 @@
+"""``rpc-harness bench``: every benchmark figure in one run.
+
+- world bring-up + teardown from 2 to 256 ranks, against the tutorials' way
+  (``torch.multiprocessing.spawn`` + ``init_rpc``) up to 16, medians and
+  ratio, drawn as a growth curve;
+- the same 4-rank world through the ``rpc_world`` fixture, from a pytest
+  test module that imports pytest and torch (what a user's test pays), with
+  its asserts rewritten in the ranks and without (``--assert=plain``);
+- memory per rank as PSS and USS (RSS counts the pages every rank shares
+  with the forkserver, and 128 ranks would "use" more than the machine has);
+- failure-report latency: a rank's death to the world's failure report;
+- unarmed failpoint cost, and its share of a scenario's run time;
+- what recording an RPC for the timeline adds to the call;
+- each scenario's steps per second and peak memory per rank;
+- controlled schedules: worlds per minute against free-running ones, and
+  how many worlds each way of running takes to hit a rare race.
+
+Timings are printed and written as JSON; they are never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from typing import Any
+
+from rpc_harness import run_world
+from rpc_harness.context import RankContext, activate, failpoint
+from rpc_harness.scenario import Scenario, run_scenario
+
+
+def noop(ctx: RankContext) -> int:
+    """The smallest useful entry: bring-up and teardown only."""
+    return ctx.rank
+
+
+def die_after_mark(ctx: RankContext) -> int:
+    """Rank 1 records the moment and SIGKILLs itself; the others wait."""
+    if ctx.rank == 1:
+        ctx.event("dying")
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+    return ctx.rank
+
+
+def _echo(x: int) -> int:
+    return x
+
+
+def rpc_pairs(ctx: RankContext, calls: int) -> dict[str, float] | None:
+    """Rank 0 times ``rpc_sync`` to rank 1 as recorded for the timeline and as
+    torch's own function, in alternating blocks so that drift hits both."""
+    import torch.distributed.rpc as rpc
+
+    if ctx.rank != 0:
+        return None
+    recorded, plain = rpc.rpc_sync, rpc.rpc_sync.__wrapped__
+    peer = ctx.names[1]
+    for i in range(20):  # warm both paths up (recorded calls count against the cap)
+        plain(peer, _echo, args=(i,))
+    times = {"recorded": 0.0, "plain": 0.0}
+    for _ in range(10):
+        for label, call in (("recorded", recorded), ("plain", plain)):
+            started = time.perf_counter()
+            for i in range(calls // 10):
+                call(peer, _echo, args=(i,))
+            times[label] += time.perf_counter() - started
+    return {label: total / calls for label, total in times.items()}
+
+
+def rpc_recording_cost(repeat: int, calls: int = 1000) -> dict[str, float]:
+    """Per-call microseconds of a recorded and a plain ``rpc_sync``, medians
+    over ``repeat`` worlds (one world's figure swings by 2x on a busy
+    machine). Calls stay under the recording cap, past which calls are not
+    recorded at all."""
+    samples = [run_world(rpc_pairs, world_size=2, args=(calls,), deadline=120).values[0] for _ in range(repeat)]
+    row = {
+        "recorded_us": statistics.median(s["recorded"] for s in samples) * 1e6,
+        "plain_us": statistics.median(s["plain"] for s in samples) * 1e6,
+        "added_us": statistics.median(s["recorded"] - s["plain"] for s in samples) * 1e6,
+        "worlds": repeat,
+    }
+    print(f"  rpc_sync round trip: {row['plain_us']:.0f} us; recording it for the timeline adds "
+          f"{row['added_us']:.0f} us (medians over {repeat} worlds)", flush=True)
+    return row
+
+
+def _spawn_rank(rank: int, world_size: int, init_method: str) -> None:
+    import warnings
+
+    import torch.distributed.rpc as rpc
+
+    warnings.filterwarnings("ignore", message="You are using a Backend")
+
+    options = rpc.TensorPipeRpcBackendOptions(init_method=init_method)
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
+    rpc.shutdown()
+
+
+def spawn_world(world_size: int) -> float:
+    """One world the tutorials' way; returns its wall time."""
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
+        started = time.perf_counter()
+        mp.spawn(_spawn_rank, args=(world_size, f"file://{folder}/store"), nprocs=world_size, join=True)
+        return time.perf_counter() - started
+
+
+SIZES = (2, 4, 16, 64, 256)
+QUICK_SIZES = (2, 4)
+SPAWN_UP_TO = 16  # the tutorials' way pays ~2 s of `import torch` a rank: 16 ranks take ~20 s
+
+
+def harness_world(world_size: int) -> float:
+    started = time.perf_counter()
+    run_world(noop, world_size=world_size, deadline=300, bringup=600)
+    return time.perf_counter() - started
+
+
+def memory(ctx: RankContext) -> dict[str, int]:
+    """What this rank adds to the machine, in kB: PSS (its share of every
+    page it maps) and USS (its private pages), read once RPC is up."""
+    fields: dict[str, int] = {}
+    with open("/proc/self/smaps_rollup") as file:
+        for line in file:
+            key, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[key] = int(rest.split()[0])
+    return {"pss_kb": fields.get("Pss", 0),
+            "uss_kb": fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)}
+
+
+def memory_per_rank(world_size: int) -> dict[str, float]:
+    values = run_world(memory, world_size=world_size, deadline=300, bringup=600).values
+    return {
+        "pss_mb": statistics.median(v["pss_kb"] for v in values) / 1024,
+        "uss_mb": statistics.median(v["uss_kb"] for v in values) / 1024,
+        "world_pss_gb": sum(v["pss_kb"] for v in values) / 1024**2,
+    }
+
+
+def bring_up(sizes: list[int], repeats: dict[int, int], spawn_repeat: dict[int, int]) -> list[dict[str, Any]]:
+    harness_world(2)  # warm the forkserver: steady state is what tests see
+    rows = []
+    for size in sizes:
+        ours = [harness_world(size) for _ in range(repeats.get(size, 1))]
+        theirs = [spawn_world(size) for _ in range(spawn_repeat.get(size, 0))]
+        row: dict[str, Any] = {"world_size": size, "harness_median_s": statistics.median(ours),
+                               "harness_runs": len(ours), **memory_per_rank(size)}
+        if theirs:
+            row.update(spawn_median_s=statistics.median(theirs), spawn_runs=len(theirs),
+                       speedup=statistics.median(theirs) / statistics.median(ours))
+        rows.append(row)
+        versus = f", spawn {row['spawn_median_s']:.3f}s, {row['speedup']:.1f}x" if theirs else ""
+        print(f"  bring-up {size:>3} ranks: harness {row['harness_median_s']:.3f}s{versus}; per rank PSS "
+              f"{row['pss_mb']:.0f} MB, USS {row['uss_mb']:.0f} MB; world PSS {row['world_pss_gb']:.2f} GB", flush=True)
+    return rows
+
+
+FIXTURE_TEST = textwrap.dedent("""
+    import json, os, time
+    import pytest
+    import torch
+    import torch.distributed.rpc as rpc
+
+    def add(a, b):
+        return a + b
+
+    def ring(ctx):
+        peer = ctx.names[(ctx.rank + 1) % ctx.world_size]
+        value = rpc.rpc_sync(peer, add, args=(torch.ones(2) * ctx.rank, 1)).tolist()
+        assert len(value) == 2, value  # rewritten in the ranks, unless --assert=plain
+        return value
+
+    def test_worlds(rpc_world):
+        started = time.perf_counter()
+        rpc_world.run(ring, world_size=4)  # the first world starts the forkserver
+        first = time.perf_counter() - started
+        times = []
+        for _ in range(int(os.environ["BENCH_REPEAT"])):
+            started = time.perf_counter()
+            rpc_world.run(ring, world_size=4)
+            times.append(time.perf_counter() - started)
+        with open(os.environ["BENCH_OUT"], "w") as file:
+            json.dump({"first": first, "times": times}, file)
+""")
+
+
+def fixture_session(repeat: int, assert_mode: str = "rewrite") -> dict[str, Any]:
+    """One pytest session of its own running ``repeat`` + 1 4-rank worlds
+    through ``rpc_world`` from a test module that imports pytest and torch,
+    its asserts rewritten in the ranks (pytest's default) or not
+    (``--assert=plain``): ``{"first": s, "times": [s, ...]}``, the first
+    world (which starts the forkserver) apart."""
+    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
+        with open(os.path.join(folder, "test_fixture_path.py"), "w") as file:
+            file.write(FIXTURE_TEST)
+        out = os.path.join(folder, "times.json")
+        env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"--assert={assert_mode}", "test_fixture_path.py"],
+                              cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"the fixture-path session failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        with open(out) as file:
+            return json.load(file)
+
+
+def fixture_path(repeat: int, rounds: int = 3) -> dict[str, Any]:
+    """A 4-rank world through ``rpc_world`` from a test module that imports
+    pytest and torch, in pytest sessions of their own: median seconds, with
+    the ranks rewriting the module's asserts as pytest does (the default)
+    and without (``--assert=plain``), sessions of each alternating
+    (``rounds`` of each, ``repeat`` worlds in all), so that drift hits both;
+    and the median first world of a session, which starts the forkserver
+    (where the test module is imported through pytest's rewriting hook)."""
+    per_session = max(1, -(-repeat // rounds))
+    times: dict[str, list[float]] = {"rewrite": [], "plain": []}
+    firsts: dict[str, list[float]] = {"rewrite": [], "plain": []}
+    for _ in range(rounds):
+        for mode in ("rewrite", "plain"):
+            session = fixture_session(per_session, mode)
+            times[mode] += session["times"]
+            firsts[mode].append(session["first"])
+    row = {"median_s": statistics.median(times["rewrite"]), "runs": len(times["rewrite"]),
+           "first_s": statistics.median(firsts["rewrite"]),
+           "plain_median_s": statistics.median(times["plain"]), "plain_runs": len(times["plain"]),
+           "plain_first_s": statistics.median(firsts["plain"]), "sessions": rounds}
+    print(f"  4-rank world through rpc_world from a test module: {row['median_s']:.3f}s "
+          f"(asserts rewritten in ranks; {row['plain_median_s']:.3f}s with --assert=plain; first world of a "
+          f"session {row['first_s']:.2f}s / {row['plain_first_s']:.2f}s)", flush=True)
+    return row
+
+
+def failure_latency(repeat: int) -> dict[str, Any]:
+    samples = []
+    for _ in range(repeat):
+        result = run_world(die_after_mark, world_size=4, deadline=60, check=False)
+        reported = time.time()
+        dying = next(e["t"] for e in result[1].events if e.get("name") == "dying")
+        samples.append(reported - dying)
+    row = {"median_s": statistics.median(samples), "max_s": max(samples), "runs": repeat}
+    print(f"  death -> failure report: median {row['median_s'] * 1000:.0f} ms, max {row['max_s'] * 1000:.0f} ms", flush=True)
+    return row
+
+
+def failpoint_cost(calls: int = 200_000) -> float:
+    """Seconds per call of an unarmed ``rpc_harness.failpoint`` inside a rank."""
+    previous = activate(RankContext(rank=0, names=["worker0"], world_seed=0))
+    try:
+        started = time.perf_counter()
+        for _ in range(calls):
+            failpoint("bench.step")
+        return (time.perf_counter() - started) / calls
+    finally:
+        activate(previous)
+
+
+def scenario_rates(scenarios: list[Scenario], per_call: float) -> list[dict[str, Any]]:
+    """Each scenario's steps per second at its default size, and what its
+    failpoints cost of that."""
+    rows = []
+    for sc in scenarios:
+        name, size = sc.name, sc.default_world_size
+        report = run_scenario(sc, world_size=size, seed=1, deadline=300)
+        # Count failpoint hits by arming a zero-length delay at every point of every rank.
+        plan = ",".join(f"delay:{worker}@{point}=0s" for worker in sc.names(size) for point in sc.failpoints)
+        counted = run_scenario(sc, world_size=size, seed=1, deadline=300, faults=plan)
+        hits = len(counted.world.fired_faults()) if counted.world is not None else 0
+        peak = max((e.get("maxrss_kb", 0) for r in report.world.ranks for e in r.events), default=0) if report.world else 0
+        row = {
+            "scenario": name,
+            "world_size": size,
+            "steps": report.steps,
+            "duration_s": report.duration,
+            "steps_per_s": report.steps / report.duration if report.duration else 0.0,
+            "ok": report.ok,
+            "failpoint_hits": hits,
+            "failpoint_overhead_pct": 100.0 * hits * per_call / report.duration if report.duration else 0.0,
+            "peak_rss_mb_per_rank": peak / 1024.0,
+        }
+        rows.append(row)
+        print(f"  {name}: {row['steps_per_s']:.1f} steps/s over {row['steps']} steps in {row['duration_s']:.1f}s, "
+              f"{hits} failpoint hits = {row['failpoint_overhead_pct']:.4f}% overhead, "
+              f"peak RSS {row['peak_rss_mb_per_rank']:.0f} MB/rank", flush=True)
+    return rows
+
+
+def schedule_cost(repeat: int) -> dict[str, Any]:
+    """Worlds per minute of a 3-rank world (bank, auditor, one client) run
+    free and under a controlled schedule, and the steps a schedule took."""
+    from rpc_harness import spawn
+
+    from . import races
+
+    out: dict[str, Any] = {}
+    for schedule in ("free", "controlled"):
+        times, steps = [], []
+        for seed in range(1, repeat + 1):
+            started = time.perf_counter()
+            world = spawn(races.run_worker, args=(3,), nprocs=3, seed=seed, schedule=schedule, deadline=120)
+            times.append(time.perf_counter() - started)
+            steps.append(len(world.schedule))
+        out[schedule] = {"per_minute": 60.0 / statistics.median(times), "median_s": statistics.median(times),
+                         "steps": statistics.median(steps)}
+    print(f"  schedules: {out['controlled']['per_minute']:.0f}/min controlled "
+          f"({out['controlled']['steps']:.0f} steps), {out['free']['per_minute']:.0f}/min free", flush=True)
+    return out
+
+
+FINDERS = (("controlled (random)", "controlled", 0.0), ("pct:3", "pct:3", 0.0), ("free", "free", 0.0),
+           ("free + fuzz 0.02", "free", 0.02))
+
+
+def finding_power(tries: int) -> dict[str, Any]:
+    """Worlds it takes each way of running to hit the lost update of
+    ``rpc_harness.apps.races`` (two clients, one 20 ms later than the other),
+    seeds 1, 2, ... ; None if none of ``tries`` did."""
+    from rpc_harness import spawn
+
+    from . import races
+
+    out: dict[str, Any] = {}
+    for label, schedule, fuzz in FINDERS:
+        first = None
+        for seed in range(1, tries + 1):
+            world = spawn(races.run_worker, args=(4,), nprocs=4, seed=seed, schedule=schedule, fuzz=fuzz,
+                          deadline=120, check=False)
+            if not world.ok:
+                first = seed
+                break
+        out[label] = first
+        print(f"  first lost update, {label}: {first if first else f'none in {tries}'}", flush=True)
+    return {"tries": tries, "first_failure": out}
+
+
+SECTIONS = ("bring-up", "fixture", "failure", "failpoint", "recording", "scenarios", "schedules")
+
+
+def run_bench(
+    *,
+    quick: bool,
+    json_path: str | None,
+    repeat: int | None,
+    scenarios: list[Scenario],
+    only: tuple[str, ...] = SECTIONS,
+    svg_path: str | None = None,
+) -> int:
+    """Measure the ``only`` sections, print the table, write the JSON (and
+    the growth curve's SVG)."""
+    sizes = list(QUICK_SIZES if quick else SIZES)
+    repeat = repeat or (3 if quick else 10)
+    # Big worlds take long enough that a few runs say as much as many.
+    repeats = {size: repeat if size <= 16 else max(1, min(repeat, 3 if size <= 64 else 2)) for size in sizes}
+    spawn_repeat = {size: (1 if quick else (3 if size <= 4 else 1)) for size in sizes if size <= SPAWN_UP_TO}
+    print(f"rpc-harness bench ({os.cpu_count()} cores{', quick' if quick else ''}): {', '.join(only)}", flush=True)
+    figures: dict[str, Any] = {"cores": os.cpu_count(), "quick": quick}
+    if "bring-up" in only:
+        figures["bring_up"] = bring_up(sizes, repeats, spawn_repeat)
+        if svg_path:
+            write_growth_picture(figures["bring_up"], svg_path)
+            print(f"  wrote {svg_path}", flush=True)
+    if "fixture" in only:
+        figures["fixture_path"] = fixture_path(4 if quick else 30, rounds=2 if quick else 5)
+    if "failure" in only:
+        figures["failure_latency"] = failure_latency(3 if quick else 5)
+    per_call = failpoint_cost()
+    if "failpoint" in only:
+        figures["unarmed_failpoint_ns"] = per_call * 1e9
+        print(f"  unarmed failpoint: {per_call * 1e9:.0f} ns per call", flush=True)
+    if "recording" in only:
+        figures["rpc_recording"] = rpc_recording_cost(3 if quick else 7)
+    if "schedules" in only:
+        figures["schedule_cost"] = schedule_cost(3 if quick else 10)
+        figures["finding_power"] = finding_power(5 if quick else 40)
+    if "scenarios" in only and not (quick and only == SECTIONS):
+        figures["scenarios"] = scenario_rates(scenarios, per_call)
+    print()
+    print(table(figures))
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path, "w") as file:
+            json.dump(figures, file, indent=2)
+        print(f"\nwrote {json_path}")
+    return 0
+
+
+def write_growth_picture(rows: list[dict[str, Any]], path: str) -> str:
+    """The bring-up rows as a growth curve: harness against the spawn way."""
+    from rpc_harness.plots import write_growth
+
+    series = {
+        "rpc-harness (run_world)": [(r["world_size"], r["harness_median_s"]) for r in rows],
+        "torch.multiprocessing.spawn + init_rpc": [(r["world_size"], r["spawn_median_s"]) for r in rows
+                                                   if "spawn_median_s" in r],
+    }
+    biggest = rows[-1]
+    notes = [f"{os.cpu_count()} cores, torch CPU; medians. Memory at {biggest['world_size']} ranks: "
+             f"{biggest['pss_mb']:.0f} MB PSS a rank, {biggest['world_pss_gb']:.1f} GB for the world."]
+    return write_growth(path, "World up and down, by size", "ranks", "seconds (median)", series, notes)
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The figures as the README quotes them."""
+    lines = ["| measurement | harness | spawn way | ratio |", "|---|---|---|---|"]
+    for row in figures.get("bring_up", []):
+        spawn = f"{row['spawn_median_s']:.2f} s | {row['speedup']:.0f}x" if "spawn_median_s" in row else " | "
+        lines.append(f"| {row['world_size']}-rank world up + down (median) | {row['harness_median_s']:.3f} s "
+                     f"| {spawn} |")
+    fixture = figures.get("fixture_path")
+    spawn4 = next((r for r in figures.get("bring_up", []) if r["world_size"] == 4 and "spawn_median_s" in r), None)
+    if fixture:
+        versus = (f"{spawn4['spawn_median_s']:.2f} s | {spawn4['spawn_median_s'] / fixture['median_s']:.0f}x"
+                  if spawn4 else " | ")
+        lines.append(f"| 4-rank world through rpc_world, from a test module importing pytest and torch (median) "
+                     f"| {fixture['median_s']:.3f} s | {versus} |")
+        if "plain_median_s" in fixture:
+            lines.append(f"| the same, asserts rewritten in ranks / not (--assert=plain): world (median), first "
+                         f"world of a session (median) | {fixture['median_s']:.3f} / {fixture['plain_median_s']:.3f} s, "
+                         f"{fixture['first_s']:.2f} / {fixture['plain_first_s']:.2f} s | | |")
+    for row in figures.get("bring_up", []):
+        lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "
+                     f"{row['pss_mb']:.0f} / {row['uss_mb']:.0f} MB, {row['world_pss_gb']:.2f} GB | | |")
+    lat = figures.get("failure_latency")
+    if lat:
+        lines.append(f"| rank death -> failure report (median / max) | {lat['median_s'] * 1000:.0f} / "
+                     f"{lat['max_s'] * 1000:.0f} ms | | |")
+    if "unarmed_failpoint_ns" in figures:
+        lines.append(f"| unarmed failpoint | {figures['unarmed_failpoint_ns']:.0f} ns/call | | |")
+    rec = figures.get("rpc_recording")
+    if rec:
+        lines.append(f"| rpc_sync round trip / added by recording it for the timeline (medians) | "
+                     f"{rec['plain_us']:.0f} / {rec['added_us']:.0f} us | | |")
+    for row in figures.get("scenarios", []):
+        lines.append(f"| {row['scenario']} (world {row['world_size']}) | {row['steps_per_s']:.1f} steps/s, "
+                     f"failpoints {row['failpoint_overhead_pct']:.4f}% of run time, "
+                     f"peak {row['peak_rss_mb_per_rank']:.0f} MB/rank | | |")
+    cost = figures.get("schedule_cost")
+    if cost:
+        lines.append(f"| 3-rank world under a controlled schedule / free-running, worlds per minute (median) | "
+                     f"{cost['controlled']['per_minute']:.0f} ({cost['controlled']['steps']:.0f} steps) / "
+                     f"{cost['free']['per_minute']:.0f} | | |")
+    power = figures.get("finding_power")
+    if power:
+        tries = power["tries"]
+        found = ", ".join(f"{label} {seed if seed else f'none in {tries}'}"
+                          for label, seed in power["first_failure"].items())
+        lines.append(f"| worlds until the first lost update ({found}) | | | |")
+    return "\n".join(lines)

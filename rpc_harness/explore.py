@@ -1,0 +1,208 @@
+"""Exploration: try schedules until one fails, then shrink it.
+
+:func:`explore` runs a world again and again under controlled schedules
+(seeds ``seed``, ``seed + 1``, ...), stops at the first that fails, and
+shrinks that schedule to the fewest preemptions that still fail the same
+way: one preemption at a time is dropped (the task that ran goes on there
+instead), keeping every other choice where the same moment comes again,
+and the drop is kept when the world still fails alike. What it returns
+reads as a short list of steps, with the lines that replay the shrunk
+schedule exactly (``schedule="replay:..."``).
+
+:func:`explore_runs` is the same search over any function that runs one
+world (``rpc-harness run --schedule controlled --repeat N`` uses it for
+scenarios).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import schedule as S
+from .repro import python_call, world_token
+from .result import WorldResult
+
+DEFAULT_SHRINK_RUNS = 40  # worlds shrinking may run
+
+
+@dataclass
+class Attempt:
+    """One world of an exploration: its seed, its schedule, and how it ended.
+    (An exploration keeps the worlds of failing attempts only: hundreds of
+    passing worlds' events would fill the memory for nothing.)"""
+
+    seed: int
+    schedule: str
+    world: WorldResult | None
+    failed: bool
+    signature: tuple = ()  # how it failed: a shrunk schedule must fail the same way
+    report: Any = None  # a scenario's report, when a scenario was explored
+    digest: str = ""
+    preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        if self.world is not None:
+            self.digest = self.world.schedule_digest
+            self.preemptions = S.preemptions(self.world.schedule)
+
+    def forget(self) -> None:
+        """Keep what the exploration's summary needs, not the world."""
+        self.world = self.report = None
+
+
+@dataclass
+class Exploration:
+    """What :func:`explore` found."""
+
+    strategy: str
+    attempts: list[Attempt] = field(default_factory=list)  # every schedule tried, in order
+    found: Attempt | None = None  # the first that failed
+    shrunk: Attempt | None = None  # the failing schedule with the fewest preemptions found
+    shrink_runs: int = 0
+    replay: list[str] = field(default_factory=list)  # the lines that replay the shrunk schedule
+
+    @property
+    def failed(self) -> bool:
+        return self.found is not None
+
+    @property
+    def digests(self) -> list[str]:
+        """The schedule digest of each world tried (distinct interleavings explored)."""
+        return [a.digest for a in self.attempts]
+
+    @property
+    def replay_schedule(self) -> str:
+        """The ``schedule`` value that replays the shrunk failure step for step."""
+        best = self.shrunk or self.found
+        return S.replay_spec(best.world.schedule) if best is not None and best.world is not None else ""
+
+    def summary(self) -> list[str]:
+        """A few lines: what was tried, what failed, the shrunk schedule."""
+        lines = [f"explored {len(self.attempts)} {self.strategy} schedule(s), "
+                 f"{len(set(self.digests))} distinct"]
+        if self.found is None:
+            return lines + ["no schedule failed"]
+        best = self.shrunk or self.found
+        lines.append(f"schedule of seed {self.found.seed} failed after {len(self.attempts)} tries; shrunk from "
+                     f"{self.found.preemptions} to {best.preemptions} preemption(s) in {self.shrink_runs} run(s):")
+        lines += ["  " + line for line in S.summary(best.world.schedule if best.world else [],
+                                                     failed_at=failure_line(best))]
+        lines += [f"Replay: {way}" if i == 0 else f"    or: {way}" for i, way in enumerate(self.replay)]
+        return lines
+
+
+def failure_line(attempt: Attempt) -> str:
+    """What went wrong, in one line."""
+    world = attempt.world
+    if world is None:
+        return "the world failed"
+    failed = world.failures
+    if failed:
+        return failed[0].describe()
+    if attempt.report is not None and attempt.report.problems():
+        return attempt.report.problems()[0]
+    return world.problems[0] if world.problems else "the world failed"
+
+
+def world_signature(world: WorldResult) -> tuple:
+    """How a world failed, coarsely: which ranks failed how (the error's type)."""
+    ranks = tuple(sorted((o.name, o.status, (o.error or "").split(":")[0]) for o in world.failures))
+    return ranks + tuple(sorted(p.split(":")[0][:40] for p in world.problems))
+
+
+def explore_runs(run: Callable[[int, str], Attempt], *, seed: int, schedules: int, strategy: str,
+                 shrink: bool = True, shrink_runs: int = DEFAULT_SHRINK_RUNS) -> Exploration:
+    """Run ``run(seed, schedule)`` with seeds ``seed, seed + 1, ...`` under
+    ``strategy`` until one fails (at most ``schedules``), then shrink it."""
+    found = Exploration(strategy)
+    for index in range(schedules):
+        attempt = run(seed + index, strategy)
+        found.attempts.append(attempt)
+        if attempt.failed:
+            found.found = attempt
+            break
+        attempt.forget()
+    if found.found is not None and shrink:
+        found.shrunk, found.shrink_runs = _shrink(run, found.found, budget=shrink_runs)
+    return found
+
+
+def _shrink(run: Callable[[int, str], Attempt], failing: Attempt, *, budget: int) -> tuple[Attempt, int]:
+    """Drop preemptions one at a time while the world still fails alike."""
+    best, runs = failing, 0
+    improved = True
+    while improved and runs < budget and best.world is not None:
+        improved = False
+        steps = best.world.schedule
+        for index in [s.index for s in steps if s.preempted]:
+            if runs >= budget:
+                break
+            runs += 1
+            candidate = run(best.seed, S.without(S.pairs(steps), index))
+            if candidate.failed and candidate.signature == best.signature and \
+                    candidate.preemptions < best.preemptions and candidate.world is not None and \
+                    candidate.world.controlled:
+                best, improved = candidate, True
+                break
+            candidate.forget()
+    return best, runs
+
+
+def explore(
+    entry: Callable[..., Any] | str,
+    world_size: int | None = None,
+    *,
+    spawn: bool = False,
+    schedules: int = 20,
+    strategy: str = "controlled",
+    seed: int = 0,
+    shrink: bool = True,
+    shrink_runs: int = DEFAULT_SHRINK_RUNS,
+    names: Sequence[str] | str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Exploration:
+    """Search the schedules of a world for one that fails.
+
+    Runs ``entry`` (``spawn=True``: a program run as :func:`rpc_harness.spawn`
+    runs it, ``world_size`` its ``nprocs``) under ``strategy`` (``controlled``,
+    ``random``, ``pct`` or ``pct:D``) with seeds ``seed, seed + 1, ...``,
+    stops at the first world that fails (at most ``schedules``), and shrinks
+    its schedule to the fewest preemptions that still fail the same way.
+    ``options`` are world options (faults, deadline, ...), as for
+    :func:`rpc_harness.run_world`. Nothing raises for a failing world: the
+    :class:`Exploration` says what failed, how to read it and how to replay it.
+    """
+    from ._launcher import run_world
+    from ._launcher import spawn as spawn_world
+    from .errors import WorldSpecError
+    from .spec import make_spec
+
+    if "schedule" in options:
+        raise WorldSpecError("explore(): give the schedules to try as strategy=, not schedule=")
+    S.parse(strategy, where="explore(): strategy")
+    if S.parse(strategy).kind in ("free", "replay", "guide"):
+        raise WorldSpecError(f"explore(): strategy {strategy!r} explores nothing; use controlled, random or pct:D")
+
+    def run(world_seed: int, schedule: str) -> Attempt:
+        if spawn:
+            world = spawn_world(entry, args=args, nprocs=world_size or 1, kwargs=kwargs, names=names,
+                                seed=world_seed, schedule=schedule, check=False, **options)
+        else:
+            world = run_world(entry, world_size, names=names, args=args, kwargs=kwargs, seed=world_seed,
+                              schedule=schedule, check=False, **options)
+        return Attempt(world_seed, schedule, world, not world.ok, world_signature(world) if not world.ok else ())
+
+    found = explore_runs(run, seed=seed, schedules=schedules, strategy=strategy, shrink=shrink,
+                         shrink_runs=shrink_runs)
+    best = found.shrunk or found.found
+    if best is not None:
+        spec = make_spec(entry, world_size, names=names if not spawn or names else None, args=args, kwargs=kwargs,
+                         spawned=spawn, where="explore()", **dict(options, seed=best.seed,
+                                                                    schedule=found.replay_schedule))
+        token = world_token(spec)
+        found.replay = ([token.command()] if token else []) + [python_call(spec)]
+    return found

@@ -1,0 +1,479 @@
+"""The pytest plugin: options, the ``rpc_world`` marker and fixture, reports.
+
+A thin layer: it resolves settings (call > marker > command line > ini >
+default), derives each world's seed from the session seed and the test id,
+calls :func:`rpc_harness.launch`, and turns results into pytest outcomes and
+report sections. Heavy imports happen inside hooks, so ``pytest --help``
+never imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .progress import Progress
+    from .result import WorldResult
+
+from .options import DECLARED, MARKER_KEYS, SHAPE, arguments
+from .repro import SEED_FLAG
+
+# The plugin's own settings (not world options, which options.py declares).
+SEED_OPTION = SEED_FLAG
+SEED_HELP = "root seed of the session: every world's seed derives from it and the test id (default: random, printed in the header)"
+PRELOAD_INI = "rpc_preload"
+PRELOAD_HELP = ("modules the worlds' forkserver imports once, so that no rank does (besides pytest and every "
+                "test module that uses the rpc_world fixture), e.g. a helper module whose entries run_world runs")
+TRACE_OPTION = "--rpc-trace-dir"
+TRACE_HELP = "folder for the Chrome trace and timeline picture of every failing world (default: .rpc-harness/traces under the rootdir)"
+MARKER = "rpc_world"
+MARKER_HELP = (
+    f"{MARKER}({', '.join(f'{key}=None' for key in MARKER_KEYS)}): defaults for the worlds this test runs with "
+    "the rpc_world fixture"
+)
+# World options a session sets for every world (a pytest flag and ini key each).
+SESSION_OPTIONS = {name: spec for name, spec in DECLARED.items() if spec.flag}
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+_MAX_WORLD_SECTIONS = 2
+_session_seed_key = pytest.StashKey[int]()
+_session_values_key = pytest.StashKey[dict]()
+_results_key = pytest.StashKey[list]()
+_asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this session
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rpc-harness", "real torch.distributed.rpc worlds")
+    flags = [(SEED_OPTION, SEED_HELP)] + [(spec.flag, spec.help) for spec in SESSION_OPTIONS.values()]
+    for flag, text in flags + [(TRACE_OPTION, TRACE_HELP)]:
+        assert flag is not None
+        group.addoption(flag, dest=_dest(flag), default=None, help=text)
+        parser.addini(_dest(flag), text, default=None)
+    parser.addini(PRELOAD_INI, PRELOAD_HELP, type="linelist", default=[])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Before Hypothesis's own configure, which loads --hypothesis-profile.
+    try:
+        from .strategies import register_profiles
+    except ImportError:  # hypothesis is optional for users of the fixture alone
+        pass
+    else:
+        register_profiles()
+    config.addinivalue_line("markers", MARKER_HELP)
+    from .interrupts import terminate_as_interrupt
+
+    # A SIGTERMed session unwinds like Ctrl-C: worlds kill their ranks and
+    # remove their folders. An xdist controller passes it on to its workers.
+    controller = getattr(config, "workerinput", None) is None and bool(getattr(config.option, "numprocesses", None))
+    terminate_as_interrupt(forward_to_children=controller)
+    config.stash[_session_seed_key] = _session_seed(config)
+    config.stash[_session_values_key] = _session_values(config)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistSeedSharing(config), "rpc-harness-xdist")
+
+
+class _XdistSeedSharing:
+    """Hands the controller's session seed to every xdist worker, so that one
+    ``--rpc-seed`` replays a whole ``-n auto`` session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["rpc_harness_seed"] = self.config.stash[_session_seed_key]
+
+
+def _session_setting(config: pytest.Config, flag: str) -> tuple[str | None, str]:
+    """A session setting's raw text and where it came from: the command
+    line first, then the ini file."""
+    raw = config.getoption(_dest(flag))
+    if raw is not None:
+        return raw, flag
+    raw = config.getini(_dest(flag))
+    return (raw or None), f"ini {_dest(flag)}"
+
+
+def _command_line_flags(config: pytest.Config) -> list[tuple[str, str]]:
+    """The world options given on this session's command line, as typed:
+    a replay line without them would run other worlds (a free schedule for
+    a controlled one, no fuzz)."""
+    given = ((spec.flag, config.getoption(_dest(spec.flag))) for spec in SESSION_OPTIONS.values() if spec.flag)
+    return [(flag, str(value)) for flag, value in given if value is not None]
+
+
+def _session_seed(config: pytest.Config) -> int:
+    from .errors import WorldSpecError
+    from .options import check_seed
+    from .seeds import fresh_seed
+
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and "rpc_harness_seed" in workerinput:
+        return int(workerinput["rpc_harness_seed"])
+    raw, where = _session_setting(config, SEED_OPTION)
+    if raw is None:
+        return fresh_seed()
+    try:
+        value: Any = int(raw, 0)
+    except ValueError:
+        value = raw  # not a number at all: the check names it, with the range, as for any seed
+    try:
+        return check_seed(value, where)
+    except WorldSpecError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def _session_values(config: pytest.Config) -> dict[str, tuple[Any, str]]:
+    """The world options the command line (first) or the ini file set, as
+    ``option -> (value, where)``; a bad value is a usage error at start-up,
+    checked here once rather than failing every test that starts a world."""
+    from .errors import WorldSpecError
+
+    values = {}
+    for option, spec in SESSION_OPTIONS.items():
+        raw, where = _session_setting(config, spec.flag)  # type: ignore[arg-type]
+        if raw is None:
+            continue
+        try:
+            values[option] = (spec.read(raw, where), where)
+        except WorldSpecError as error:
+            raise pytest.UsageError(str(error)) from None
+    return values
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One world's options, each taken from the first of: the call's
+    arguments, the test's ``rpc_world`` marker, the command line, the ini
+    file; ``sources`` says where each came from (for error messages)."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, call: Mapping[str, Any], marker: Mapping[str, Any], config: pytest.Config) -> Settings:
+        session = config.stash[_session_values_key]
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for option in (*SHAPE, *DECLARED):  # the marker and the session only hold the ones they may
+            if call.get(option) is not None:
+                values[option], sources[option] = call[option], "argument"
+            elif option in marker:
+                values[option], sources[option] = marker[option], f"marker {MARKER}"
+            elif option in session:
+                values[option], sources[option] = session[option]
+            else:
+                values[option] = None
+        return cls(values, sources)
+
+    def get(self, option: str, default: Any = None) -> Any:
+        value = self.values.get(option)
+        return default if value is None else value
+
+    def where(self, base: str) -> str:
+        """``base``, plus which options came from elsewhere than the call."""
+        other = [f"{option} from {source}" for option, source in self.sources.items() if source != "argument"]
+        return f"{base} (with {', '.join(other)})" if other else base
+
+
+def _unimportable(name: str) -> str | None:
+    """Why module ``name`` cannot be found here (None: it can), found
+    without importing it (its parent packages are imported)."""
+    try:
+        found = importlib.util.find_spec(name)
+    except Exception as error:  # noqa: BLE001 - a parent package that fails to import, a bad name
+        return f"{name!r} cannot be imported: {type(error).__name__}: {error}"
+    return None if found is not None else f"no module named {name!r}"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before the first world starts its forkserver: have it import pytest
+    and the test modules whose tests use ``rpc_world`` (and ``rpc_preload``),
+    which every rank running one of their entries would import otherwise
+    (measured: a 4-rank world ~60 % slower without)."""
+    from ._asserts import session_spec
+    from ._launcher import preload, rewrite_asserts
+
+    modules = {item.module.__name__ for item in session.items
+               if "rpc_world" in getattr(item, "fixturenames", ()) and getattr(item, "module", None) is not None}
+    listed = session.config.getini(PRELOAD_INI)
+    for name in listed:
+        if (problem := _unimportable(name)) is not None:
+            # Only speed is lost (a rank imports what it needs itself), so a
+            # warning, not an error: but a typo must not pass unseen.
+            warnings.warn(pytest.PytestConfigWarning(
+                f"ini {PRELOAD_INI}: {problem}; worlds start without it (a rank that needs it imports it itself)"),
+                stacklevel=1)
+    preload("pytest", *sorted(modules), *listed)
+    # Ranks rewrite asserts as this session does (the modules it rewrote
+    # are known by now); the session before it (pytester's outer one) gets
+    # its own back at the end.
+    session.config.stash[_asserts_key] = rewrite_asserts(session_spec(session.config))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _asserts_key in config.stash:
+        from ._launcher import rewrite_asserts
+
+        rewrite_asserts(config.stash[_asserts_key])
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    seed = config.stash[_session_seed_key]
+    return [f"rpc-harness: session seed {seed} (replay with {SEED_OPTION}={seed})", isolation_line()]
+
+
+def isolation_line() -> str:
+    """Once per session: whether worlds get a network namespace of their own,
+    and if not why, and what that means."""
+    from . import _netns
+    from ._launcher import ISOLATION_ENV, isolation_mode
+
+    try:
+        mode = isolation_mode()
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    if mode == "off":
+        return (f"rpc-harness: worlds share the host's loopback ({ISOLATION_ENV}=off): "
+                "other local users can reach their ranks, and RPC runs pickled code")
+    ok, how = _netns.isolation_available()
+    if ok:
+        return f"rpc-harness: every world runs in a network namespace of its own ({how})"
+    if mode == "require":
+        raise pytest.UsageError(f"{ISOLATION_ENV}=require, but no network namespace can be made here: {how}")
+    return (f"rpc-harness: worlds share the host's loopback, no network namespace can be made here ({how}): "
+            "other local users can reach their ranks, and RPC runs pickled code")
+
+
+class RpcWorld:
+    """The ``rpc_world`` fixture: runs worlds for one test.
+
+    ``rpc_world.run(entry, world_size=N, ...)`` takes the arguments of
+    :func:`rpc_harness.run_world`; anything not given comes from the test's
+    ``rpc_world`` marker, then the command line, then the ini file.
+    """
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        __tracebackhide__ = True  # a bad marker: its message says what and where
+        self._request = request
+        self._config = request.config
+        self.session_seed: int = request.config.stash[_session_seed_key]
+        marker = request.node.get_closest_marker(MARKER)
+        self._marker: dict[str, Any] = {}
+        if marker is not None:
+            if marker.args:
+                raise pytest.UsageError(
+                    f"{request.node.nodeid}: marker {MARKER} takes keyword arguments only ({', '.join(MARKER_KEYS)})"
+                )
+            unknown = sorted(set(marker.kwargs) - set(MARKER_KEYS))
+            if unknown:
+                raise pytest.UsageError(
+                    f"{request.node.nodeid}: marker {MARKER} got unknown option(s) {unknown}; "
+                    f"allowed: {', '.join(MARKER_KEYS)}"
+                )
+            self._marker = dict(marker.kwargs)
+        self.results: list[WorldResult] = []
+        request.node.stash[_results_key] = self.results
+
+    @property
+    def repro(self) -> str:
+        """The pytest command that replays this test with the same seeds."""
+        from .repro import pytest_line
+
+        return pytest_line(self._request.node.nodeid, self.session_seed, _command_line_flags(self._request.config))
+
+    def seed_for(self, index: int) -> int:
+        """The seed of this test's ``index``-th world (0-based)."""
+        from .seeds import derive_seed
+
+        return derive_seed(self.session_seed, self._request.node.nodeid, index)
+
+    def run(
+        self,
+        entry: Callable[..., Any] | str,
+        world_size: int | None = None,
+        *,
+        names: Sequence[str] | str | None = None,
+        seed: int | None = None,
+        deadline: float | None = None,
+        bringup: float | None = None,
+        rpc_timeout: float | None = None,
+        faults: Any = None,
+        failpoints: Sequence[str] | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        fuzz: float | None = None,
+        env: Mapping[str, str] | None = None,
+        isolate: bool | None = None,
+        schedule: str | None = None,
+        setup: Callable[[], Any] | str | None = None,
+        check: bool = True,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> WorldResult:
+        """Run ``entry(ctx, *args, **kwargs)`` in a world and return its result;
+        see :func:`rpc_harness.run_world`.
+
+        A rank that calls ``pytest.skip()`` skips the test; with ``check=True``
+        any unexpected rank failure fails it with every rank's report.
+        """
+        __tracebackhide__ = True
+        return self._world(entry, "run", dict(arguments(locals()), world_size=world_size, names=names), args=args,
+                           kwargs=kwargs, check=check, on_progress=on_progress)
+
+    def spawn(
+        self,
+        fn: Callable[..., Any] | str,
+        args: Sequence[Any] = (),
+        nprocs: int | None = None,
+        *,
+        kwargs: Mapping[str, Any] | None = None,
+        names: Sequence[str] | None = None,
+        seed: int | None = None,
+        deadline: float | None = None,
+        bringup: float | None = None,
+        rpc_timeout: float | None = None,
+        faults: Any = None,
+        failpoints: Sequence[str] | None = None,
+        fuzz: float | None = None,
+        env: Mapping[str, str] | None = None,
+        isolate: bool | None = None,
+        schedule: str | None = None,
+        setup: Callable[[], Any] | str | None = None,
+        check: bool = True,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> WorldResult:
+        """Run ``fn(rank, *args, **kwargs)`` in ``nprocs`` processes, like
+        ``torch.multiprocessing.spawn``, for a program that calls
+        ``rpc.init_rpc`` and ``rpc.shutdown`` itself; see :func:`rpc_harness.spawn`.
+        The guarantees and the report are those of :meth:`run`."""
+        __tracebackhide__ = True
+        return self._world(fn, "spawn", dict(arguments(locals()), world_size=nprocs, names=names), args=args,
+                           kwargs=kwargs, check=check, on_progress=on_progress)
+
+    def _world(self, entry: Any, how: str, call: dict[str, Any], *, args: Sequence[Any],
+               kwargs: Mapping[str, Any] | None, check: bool, on_progress: Any) -> WorldResult:
+        __tracebackhide__ = True
+        from ._launcher import launch, raise_for_failures
+        from .repro import python_call, replaying, world_token
+        from .spec import make_spec
+
+        settings = Settings.resolve(call, self._marker, self._config)
+        options = {name: settings.get(name) for name in DECLARED}
+        if options["seed"] is None:
+            options["seed"] = self.seed_for(len(self.results))
+        spec = make_spec(
+            entry, settings.get("world_size"), names=settings.get("names"), args=args, kwargs=kwargs,
+            spawned=how == "spawn", where=settings.where(f"rpc_world.{how}() in {self._request.node.nodeid}"),
+            **options,
+        )
+        # What the forkserver imported before this world besides the entry's
+        # module: the test module (its import-time setup), the ini's rpc_preload.
+        preloaded = [*self._config.getini(PRELOAD_INI), self._request.module.__name__]
+        modules = [(name, _import_folder(name)) for name in dict.fromkeys(preloaded) if name in sys.modules]
+
+        def replay_lines(spec: Any) -> str:
+            ways = [self.repro]
+            token = world_token(spec, path=_import_folder(spec.entry.module), modules=modules)
+            if token is not None:
+                ways.append(token.command())
+            ways.append(python_call(spec, modules=modules))
+            return "\n    or: ".join(ways)
+
+        result = launch(dataclasses.replace(spec, repro=replay_lines(spec)), on_progress=on_progress)
+        if result.schedule:  # a controlled world: the token and the Python line take its steps exactly
+            result.repro = replay_lines(replaying(spec, result.schedule))
+        self.results.append(result)
+        skipped = result.skipped
+        if skipped is not None and not result.failures and not result.timed_out:
+            pytest.skip(f"{skipped.label}: {skipped.error}")
+        if check:
+            raise_for_failures(result)
+        return result
+
+
+@pytest.fixture
+def rpc_world(request: pytest.FixtureRequest) -> RpcWorld:
+    """Bring up real multi-process torch.distributed.rpc worlds in this test."""
+    __tracebackhide__ = True
+    return RpcWorld(request)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    results = item.stash.get(_results_key, None)
+    if not results or not report.failed or call.when != "call":
+        return
+    # Only failed worlds, and only the last few: a Hypothesis test runs many,
+    # and the final, shrunk example is the one that matters.
+    failed = [(index, result) for index, result in enumerate(results) if not result.ok]
+    for index, result in failed[-_MAX_WORLD_SECTIONS:]:
+        prefix = f"rpc world {index} " if len(results) > 1 else "rpc "
+        for rank in result.ranks:
+            text = rank.output.rstrip()
+            if rank.stacks:
+                when = "at the deadline" if result.timed_out else "when the world was stopped"
+                text += f"\n--- stacks {when}\n{rank.stacks.rstrip()}"
+            if text.strip():
+                report.sections.append((f"{prefix}{rank.label} [{rank.status}]", text))
+        written = _write_trace(item, index, result)
+        if isinstance(written, str):
+            report.sections.append((f"{prefix}trace", written))
+        else:
+            trace, timeline = written
+            report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}\n"
+                                                      f"Timeline picture: {timeline}"))
+    from .repro import pytest_line
+
+    report.sections.append(("rpc-harness replay", pytest_line(item.nodeid, item.config.stash[_session_seed_key],
+                                                              _command_line_flags(item.config))))
+
+
+def _import_folder(module_name: str) -> str:
+    """The folder a module's dotted name is imported from (up one level per
+    package in the name), or "" when the module is not loaded from a file."""
+    module = sys.modules.get(module_name)
+    if module is None or not getattr(module, "__file__", None):
+        return ""
+    path = os.path.dirname(os.path.abspath(module.__file__))
+    for _ in range(module_name.count(".") + (os.path.basename(module.__file__) == "__init__.py")):
+        path = os.path.dirname(path)
+    return path
+
+
+def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[str, str] | str:
+    """Write the failing world's Chrome trace and its SVG picture: their
+    paths, or why they could not be written (the report has everything else)."""
+    import re
+
+    from .timeline import write_timeline
+    from .trace import write_trace
+
+    folder = _session_setting(item.config, TRACE_OPTION)[0] or os.path.join(
+        str(item.config.rootpath), ".rpc-harness", "traces"
+    )
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:150]
+    path = os.path.join(folder, f"{name}.world{index}")
+    try:
+        trace = write_trace(result, path + ".trace.json")
+        timeline = write_timeline(trace, path + ".timeline.svg", title=item.nodeid)
+    except OSError as error:
+        return (f"no trace or timeline picture: {error.strerror or error} ({error.filename or folder}); "
+                f"choose a writable folder with {TRACE_OPTION} or the ini's rpc_trace_dir")
+    return trace, timeline

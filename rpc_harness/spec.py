@@ -1,0 +1,188 @@
+"""World specs: what to run, in how many ranks, with which seed, faults and
+deadline, validated in one place before any process starts."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .entry import EntryRef, check_signature
+from .errors import FaultPlanError, WorldSpecError
+from .faults import FaultPlan, uses_faulty_agent
+from .options import MAX_FAULTY_WORLD_SIZE, MAX_WORLD_SIZE, WorldOptions, default_bringup
+
+_WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")  # what torch rpc accepts
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """Everything that defines one world. Built by :func:`make_spec`.
+
+    A ``spawned`` world runs ``entry(rank, *args)`` in each process, and the
+    program names its workers in its own init_rpc: ``names`` are then the
+    names it was expected to give, or empty strings when nobody said."""
+
+    entry: EntryRef
+    names: tuple[str, ...]
+    options: WorldOptions
+    payload: bytes = field(default=pickle.dumps(((), {})), repr=False)  # pickled (args, kwargs)
+    args: tuple[Any, ...] = field(default=(), repr=False)
+    kwargs: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    spawned: bool = False
+    repro: str = ""
+
+    @property
+    def world_size(self) -> int:
+        return len(self.names)
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed  # type: ignore[return-value]  # always drawn by make_spec
+
+    @property
+    def bringup(self) -> float:
+        """The bring-up budget: the one given, or one for the world's size."""
+        return self.options.bringup or default_bringup(self.world_size)
+
+
+def _reported_at_the_caller(build: Callable[..., WorldSpec]) -> Callable[..., WorldSpec]:
+    """A refused input's error is raised without the frames of the checks
+    that found it: its message names what was wrong and where it came from,
+    and in a pytest report the user's own line is then the last one shown."""
+
+    @functools.wraps(build)
+    def checked(*args: Any, **kwargs: Any) -> WorldSpec:
+        __tracebackhide__ = True
+        try:
+            return build(*args, **kwargs)
+        except (WorldSpecError, FaultPlanError) as error:
+            raise error.with_traceback(None)  # noqa: B904 - the same error, not another
+
+    return checked
+
+
+@_reported_at_the_caller
+def make_spec(
+    entry: Callable[..., Any] | str,
+    world_size: int | None = None,
+    *,
+    names: Sequence[str] | str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    spawned: bool = False,
+    repro: str = "",
+    where: str = "run_world()",
+    **options: Any,
+) -> WorldSpec:
+    """Validate every input and build a :class:`WorldSpec`.
+
+    ``options`` are world options (:mod:`rpc_harness.options`), None meaning the
+    default. ``where`` names the source of the values (an argument list, a
+    marker, a command-line option) so that errors point at it. A ``spawned``
+    world without ``names`` checks its plan's targets once the program has
+    named its workers.
+    """
+    ref = EntryRef.of(entry, where=f"{where}: entry")
+    if not isinstance(args, (tuple, list)):
+        raise WorldSpecError(f"{where}: args must be a tuple or list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise WorldSpecError(f"{where}: kwargs must be a mapping, got {type(kwargs).__name__}")
+    check_signature(ref, entry, args, kwargs or {}, spawned=spawned, where=where)
+    if spawned and (names is None or isinstance(names, str)):
+        if names is not None:
+            raise WorldSpecError(f"{where}: a spawned program names its workers itself; give names as a list")
+        resolved_names = ("",) * _checked_size(world_size, where=where, what="nprocs")
+    else:
+        resolved_names = resolve_names(world_size, names, where=where)
+    checked = WorldOptions.from_values(options, where=where)
+    plan = checked.faults
+    failpoints = checked.failpoints
+    if all(resolved_names):
+        plan.validate(resolved_names, failpoints=failpoints, where=f"{where}: faults")
+    else:
+        plan.validate([f.target for f in plan], failpoints=failpoints, where=f"{where}: faults")
+    check_call_points(plan, where=f"{where}: faults")
+    if uses_faulty_agent(plan, checked.fuzz) and len(resolved_names) > MAX_FAULTY_WORLD_SIZE:
+        raise WorldSpecError(
+            f"{where}: message faults and schedule fuzzing work in worlds of at most {MAX_FAULTY_WORLD_SIZE} "
+            f"ranks, got {len(resolved_names)}: torch's faulty agent cannot leave TensorPipe's shared-memory "
+            "transport, whose connection backlog overflows in larger worlds"
+        )
+    try:
+        payload = pickle.dumps((tuple(args), dict(kwargs or {})))
+    except Exception as error:
+        raise WorldSpecError(
+            f"{where}: the entry's args/kwargs cannot be pickled for the ranks: {error}"
+        ) from error
+    return WorldSpec(
+        entry=ref,
+        names=resolved_names,
+        options=checked,
+        payload=payload,
+        args=tuple(args),
+        kwargs=tuple(sorted(dict(kwargs or {}).items())),
+        spawned=spawned,
+        repro=repro,
+    )
+
+
+def check_call_points(plan: FaultPlan, *, where: str) -> None:
+    """Every ``call:package.module:Qualified.name`` of the plan must import
+    and name a callable, here, before any rank tries."""
+    from ._callpoints import check_target
+
+    for fault in plan:
+        if fault.point.startswith("call:"):
+            problem = check_target(fault.point.removeprefix("call:"))
+            if problem:
+                raise FaultPlanError(f"{where}: {fault}: {problem}")
+
+
+def _checked_size(world_size: int | None, *, where: str, what: str) -> int:
+    if world_size is None:
+        raise WorldSpecError(f"{where}: give {what}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise WorldSpecError(f"{where}: invalid {what} {world_size!r}; use 1..{MAX_WORLD_SIZE}")
+    return world_size
+
+
+def resolve_names(
+    world_size: int | None, names: Sequence[str] | str | None, *, where: str
+) -> tuple[str, ...]:
+    """Worker names, one per rank: ``worker{rank}`` by default, a list, or a
+    template such as ``"node{rank}"``."""
+    if world_size is not None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int):
+            raise WorldSpecError(f"{where}: invalid world_size {world_size!r}; use a whole number >= 1")
+        if not 1 <= world_size <= MAX_WORLD_SIZE:
+            raise WorldSpecError(f"{where}: invalid world_size {world_size}; use 1..{MAX_WORLD_SIZE}")
+    if names is None or isinstance(names, str):
+        if world_size is None:
+            raise WorldSpecError(f"{where}: give world_size (or a list of names)")
+        template = names or "worker{rank}"
+        if "{rank}" not in template:
+            raise WorldSpecError(f"{where}: names template {template!r} must contain '{{rank}}'")
+        resolved = tuple(template.format(rank=r) for r in range(world_size))
+    else:
+        resolved = tuple(names)
+        if world_size is not None and len(resolved) != world_size:
+            raise WorldSpecError(
+                f"{where}: {len(resolved)} names given for world_size={world_size}: {list(resolved)}"
+            )
+        if not resolved:
+            raise WorldSpecError(f"{where}: names is empty")
+    for name in resolved:
+        if not isinstance(name, str) or not _WORKER_NAME_RE.match(name):
+            raise WorldSpecError(
+                f"{where}: invalid worker name {name!r}; use 1-128 letters, digits, _ - :"
+            )
+    duplicates = sorted({n for n in resolved if resolved.count(n) > 1})
+    if duplicates:
+        raise WorldSpecError(f"{where}: duplicate worker names {duplicates}")
+    return resolved
+
+
