@@ -39,8 +39,8 @@ nitpicky = True
 nitpick_ignore_regex = [
     ("py:class", r"(collections\.abc|hypothesis|_pytest)\..*"),
     ("py:class", r".*\[.*"),  # pieces of a generic annotation: tuple[int, ...
-    ("py:class", r"harness\.(entry\.EntryRef|gradcheck\.Mismatch|context\.EventLog|faults\.Argument)"),
-    ("py:class", r"harness\.scenario\.(ConfigT|RecordsT|ExpectedT)"),  # the protocol's type variables
+    ("py:class", r"rpc_harness\.(entry\.EntryRef|gradcheck\.Mismatch|context\.EventLog|faults\.Argument)"),
+    ("py:class", r"rpc_harness\.scenario\.(ConfigT|RecordsT|ExpectedT)"),  # the protocol's type variables
 ]
 
 html_theme = "furo"
@@ -58,7 +58,7 @@ def _check_public_api(app, env):
     import rpc_harness.strategies
 
     documented = set(env.get_domain("py").objects)
-    public = [(harness, name) for name in rpc_harness.__all__]
+    public = [(rpc_harness, name) for name in rpc_harness.__all__]
     public += [(rpc_harness.strategies, name) for name, value in vars(rpc_harness.strategies).items()
                if not name.startswith("_") and inspect.isfunction(value)
                and value.__module__ == "rpc_harness.strategies"]
