@@ -4,6 +4,7 @@ The public API. Nothing here imports torch or pytest at import time: ranks
 import torch in the forkserver, and ``pytest --help`` stays fast.
 """
 
+from ._cuda_fork import cuda_available
 from ._launcher import launch, preload, raise_for_failures, run_world, spawn
 from .context import RankContext, current_context, failpoint, progress
 from .errors import (
@@ -56,6 +57,7 @@ __all__ = [
     "WorldSpecError",
     "WorldTimeout",
     "check_report",
+    "cuda_available",
     "current_context",
     "derive_seed",
     "explore",

@@ -25,7 +25,7 @@ from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
 from typing import Any
 
-from . import _netns, _torch_check, _workdirs
+from . import _cuda_fork, _netns, _torch_check, _workdirs
 from ._supervisor import Supervisor
 from .errors import WorldFailed, WorldSpecError, WorldTimeout
 from .faults import FaultPlan, uses_faulty_agent
@@ -92,6 +92,12 @@ def check_socket_folder(folder: str) -> None:
         )
 
 
+def cuda_report() -> str:
+    """Where this process's forkserver names the modules it refused to
+    preload because they asked for CUDA (``rpc_harness._cuda_fork``)."""
+    return os.path.join(util.get_temp_dir(), "forkserver-cuda.json")
+
+
 def _mp_context() -> Any:
     check_socket_folder(util.get_temp_dir())
     _workdirs.stamp_multiprocessing_folder()  # where the forkserver's socket goes; see _workdirs
@@ -100,7 +106,8 @@ def _mp_context() -> Any:
     # Read by rpc_harness._preload in the forkserver, which inherits this
     # environment when the first world of the process starts it.
     os.environ[PRELOAD_ENV] = json.dumps({"sys_path": list(sys.path), "modules": _PRELOAD + extra,
-                                          "base": list(BASE_PRELOAD), "asserts": _asserts})
+                                          "base": list(BASE_PRELOAD), "asserts": _asserts,
+                                          "cuda_report": cuda_report()})
     ctx.set_forkserver_preload(["rpc_harness._preload"])
     return ctx
 
@@ -283,6 +290,7 @@ def launch(
         result.workdir = workdir
     else:
         shutil.rmtree(workdir, ignore_errors=True)
+    _cuda_fork.warn_about_culprits(cuda_report())
     return result
 
 

@@ -15,6 +15,10 @@ is imported again by the rank that needs it, and fails there, reported.
 A pytest session that rewrites asserts also hands over how (see
 ``rpc_harness._asserts``): its modules are imported through pytest's rewriting
 hook, installed after the harness's own.
+
+No module may initialize CUDA here (``rpc_harness._cuda_fork``): one that
+asks for it is refused, dropped, imported by the ranks themselves, and
+named to the parent.
 """
 
 import importlib
@@ -22,6 +26,7 @@ import json
 import os
 import sys
 
+from ._cuda_fork import PreloadWatch, write_culprits
 from ._launcher import PRELOAD_ENV
 
 _spec = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
@@ -29,19 +34,29 @@ if _spec.get("sys_path"):
     sys.path[:] = _spec["sys_path"]
 _base = set(_spec.get("base", ()))
 _rewriting = False
+_watch = PreloadWatch()
 for _name in _spec.get("modules", []):
-    if not _rewriting and _name not in _base and _spec.get("asserts") is not None:
-        # After the harness's own modules, before the session's (pytest, test
-        # modules, rpc_preload): they load as pytest rewrote them, and every
-        # rank forked from here inherits that code (see rpc_harness._asserts).
+    if not _rewriting and _name not in _base:
+        # After the harness's own modules (torch among them), before the
+        # session's (pytest, test modules, rpc_preload): those load as pytest
+        # rewrote them, and none of them may initialize CUDA here.
         _rewriting = True
-        try:
-            from ._asserts import apply
+        _watch.start()
+        if _spec.get("asserts") is not None:
+            try:
+                from ._asserts import apply
 
-            apply(_spec["asserts"])
-        except BaseException:  # noqa: BLE001, S110 - each rank tries again, and reports
-            pass
+                apply(_spec["asserts"])
+            except BaseException:  # noqa: BLE001, S110 - each rank tries again, and reports
+                pass
+    _watch.module = _name
     try:
         importlib.import_module(_name)
     except BaseException:  # noqa: BLE001, S110 - see the docstring
         pass
+    if _name in _watch.culprits:
+        sys.modules.pop(_name, None)  # each rank imports it itself, where CUDA is allowed
+_watch.module = None
+_watch.stop()
+if _spec.get("cuda_report"):
+    write_culprits(_spec["cuda_report"], _watch.culprits)

@@ -27,7 +27,17 @@ import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import _asserts, _callpoints, _devices, _gate, _lifecycle, _msgfaults, _rpc_hooks, _stackdump
+from . import (
+    _asserts,
+    _callpoints,
+    _cuda_fork,
+    _devices,
+    _gate,
+    _lifecycle,
+    _msgfaults,
+    _rpc_hooks,
+    _stackdump,
+)
 from . import _messages as msg
 from ._boot import Boot, rank_file
 from .context import EventLog, RankContext, activate
@@ -90,7 +100,10 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         deadline=options.deadline,
     )
     activate(ctx)
-    seed_everything(ctx.seed)
+    # Before anything touches CUDA (seeding may); raised where failures are reported.
+    fork_error = _cuda_fork.rank_fork_error()
+    if fork_error is None:
+        seed_everything(ctx.seed)
     torch.set_num_threads(intra_op_threads(dict(options.env), world_size))
     # Progress may be reported from RPC handler threads while the main thread
     # sends its own messages: one lock keeps the pipe's messages whole.
@@ -105,6 +118,8 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
     if schedule is not None:  # a controlled schedule: this rank's tasks wait for their turn
         ctx.schedule_point = _gate.start(schedule, boot.rank).point
     try:
+        if fork_error is not None:
+            raise fork_error
         if options.setup is not None:  # before the plan's patches: a call: fault aims at what the program calls
             options.setup.load(where=f"rank {boot.rank}: setup")()
         _arm_faults_without_code(options.faults, ctx)

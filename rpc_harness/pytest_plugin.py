@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .progress import Progress
     from .result import WorldResult
 
+from ._cuda_fork import ForkserverCudaWarning, ask_through_nvml, warn_as
 from .options import DECLARED, MARKER_KEYS, SHAPE, arguments
 from .repro import SEED_FLAG
 
@@ -63,6 +64,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(flag, dest=_dest(flag), default=None, help=text)
         parser.addini(_dest(flag), text, default=None)
     parser.addini(PRELOAD_INI, PRELOAD_HELP, type="linelist", default=[])
+
+
+class ForkserverCudaPytestWarning(pytest.PytestWarning, ForkserverCudaWarning):
+    """A test module, conftest or rpc_preload module asked for CUDA at
+    import, in the forkserver: it was not preloaded (each rank imports it)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests() -> None:
+    # Before any conftest or test module can ask torch for CUDA: through NVML,
+    # which does not initialize it, so this process and every forkserver it
+    # starts stay fork-safe (rpc_harness._cuda_fork).
+    ask_through_nvml()
+    warn_as(ForkserverCudaPytestWarning)
 
 
 @pytest.hookimpl(tryfirst=True)
