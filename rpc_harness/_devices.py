@@ -12,7 +12,9 @@ sends CUDA tensors names the devices in its own options
 - where CUDA is available, the world's TensorPipe also gets TensorPipe's
   CUDA channels (:data:`CUDA_CHANNELS`: ``cuda_ipc`` between processes on
   one machine, ``cuda_basic`` through host memory), and the program's maps
-  stay as it wrote them. Written without a CUDA machine to run it on: the
+  stay as it wrote them; every rank of a spawned world offers them, since a
+  peer may map devices in its own code (a pipe needs them on both ends).
+  Written without a CUDA machine to run it on: the
   suite tests the channel list it asks for, not a world moving CUDA tensors;
 - where CUDA is not available, the program is refused with
   :class:`~rpc_harness.errors.Unsupported` saying so and what to do, as it
@@ -55,11 +57,16 @@ def names_devices(device_maps: Mapping[str, Mapping[Any, Any]] | None, devices: 
 
 
 def channels(device_maps: Mapping[str, Mapping[Any, Any]] | None = None, devices: Sequence[Any] | None = None,
-             *, cuda: bool | None = None) -> list[str]:
-    """TensorPipe's channels for a world: the basic one, and the CUDA ones
-    when the options name devices and CUDA is available (``cuda``: whether
-    it is, asked of torch when None)."""
-    if names_devices(device_maps, devices) and (cuda_available() if cuda is None else cuda):
+             *, cuda: bool | None = None, world: bool = False) -> list[str]:
+    """TensorPipe's channels for a rank: the basic one, and the CUDA ones
+    where CUDA is available (``cuda``: whether it is, asked of torch when
+    None) and either this rank's options name devices or ``world``: some
+    rank of its world may move CUDA tensors. TensorPipe picks each pipe's
+    channel from what both ends offer, so a rank without CUDA channels
+    cannot receive a CUDA tensor even when only its peer maps devices (the
+    TensorPipe CUDA RPC tutorial's one-sided map): "Could not find suitable
+    channel", and both ranks abort (seen on an H200)."""
+    if (world or names_devices(device_maps, devices)) and (cuda_available() if cuda is None else cuda):
         return [*CUDA_CHANNELS, *BASIC_CHANNELS]
     return list(BASIC_CHANNELS)
 

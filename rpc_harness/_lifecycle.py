@@ -128,11 +128,14 @@ class Lifecycle:
             self.ctx, self.init_method if init_method == DEFAULT_INIT_METHOD else init_method, timeout,
             name=name, num_worker_threads=threads,
         )
-        if options is not None and ours == rpc.backend_registry.BackendType.TENSORPIPE:
+        if ours == rpc.backend_registry.BackendType.TENSORPIPE:
             # The program's own device maps stay; its transports cannot be
-            # read back, and TCP is what every world runs (rank_setup).
-            merged = tensorpipe_options(merged.init_method, timeout, threads or 16,
-                                        device_maps=options.device_maps, devices=options.devices)
+            # read back, and TCP is what every world runs (rank_setup). Any
+            # rank of a spawned world may map devices in its own code, so
+            # every rank offers the CUDA channels where CUDA is available.
+            merged = tensorpipe_options(merged.init_method, timeout, threads or 16, cuda_world=True,
+                                        device_maps=getattr(options, "device_maps", None),
+                                        devices=getattr(options, "devices", None))
         return ours, merged
 
     def _joined(self, names: tuple[str, ...]) -> None:

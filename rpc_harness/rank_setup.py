@@ -120,7 +120,8 @@ def rpc_backend(
     return rpc.backend_registry.BackendType.TENSORPIPE, options
 
 
-def tensorpipe_options(init_method: str, rpc_timeout: float, num_worker_threads: int = 16, **more: Any) -> Any:
+def tensorpipe_options(init_method: str, rpc_timeout: float, num_worker_threads: int = 16, *,
+                       cuda_world: bool = False, **more: Any) -> Any:
     """TensorPipe restricted to TCP and its basic channel, as every plain
     world runs. Measured on torch 2.13 (TensorPipe's sources cited):
 
@@ -139,15 +140,17 @@ def tensorpipe_options(init_method: str, rpc_timeout: float, num_worker_threads:
     mpt_uv (never chosen for CPU tensors) saves 16 threads and listeners per
     rank. The cost: a tiny round trip in a 2-rank world is ~2x slower.
 
-    A spawned program's own ``device_maps``/``devices`` (in ``more``) add
-    TensorPipe's CUDA channels where CUDA is available, and are refused
-    where it is not (``_devices``: this is the program's ``init_rpc``)."""
+    A spawned program's own ``device_maps``/``devices`` (in ``more``) are
+    refused where CUDA is not available (``_devices``: this is the program's
+    ``init_rpc``). Where it is, every rank of a world that may move CUDA
+    tensors (``cuda_world``: a spawned program's, whose peers name their
+    maps in code this rank cannot see) offers TensorPipe's CUDA channels."""
     device_maps, devices = more.get("device_maps"), more.get("devices")
     _devices.check(f"init_rpc with TensorPipe options of device_maps={device_maps!r}, devices={devices!r}",
                    device_maps, devices)
     return rpc.TensorPipeRpcBackendOptions(
         init_method=init_method, rpc_timeout=rpc_timeout, num_worker_threads=num_worker_threads,
-        _transports=["uv"], _channels=_devices.channels(device_maps, devices), **more,
+        _transports=["uv"], _channels=_devices.channels(device_maps, devices, world=cuda_world), **more,
     )
 
 

@@ -503,3 +503,23 @@ def aborts_when_asked_for_stacks(ctx):
         os.abort()
     time.sleep(0.3)
     raise RuntimeError("rank 0 fails")
+
+
+def record_channel_requests(rank, world_size, folder):
+    """A spawned program in which no rank names a device (as
+    programs.cuda_rpc's worker1 names none); each
+    rank's request for TensorPipe channels is recorded by a stand-in for the
+    harness's channel decision, which a program never sees otherwise."""
+    import rpc_harness._devices as decision
+
+    asked = {}
+
+    def record(device_maps=None, devices=None, *, cuda=None, world=False):
+        asked["world"] = world
+        return ["basic"]
+
+    decision.channels = record
+    options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8)
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
+    rpc.shutdown()
+    return asked

@@ -25,6 +25,14 @@ def test_device_maps_add_tensorpipes_cuda_channels_where_cuda_is_available():
     assert _devices.channels(None, ["cuda:0"], cuda=True) == ["cuda_ipc", "cuda_basic", "basic"]
 
 
+def test_every_rank_of_a_world_that_may_move_cuda_tensors_offers_the_cuda_channels():
+    # The one-sided map: worker1 names no device, worker0 does; a pipe needs
+    # the CUDA channels on both ends.
+    assert _devices.channels(None, None, cuda=True, world=True) == ["cuda_ipc", "cuda_basic", "basic"]
+    assert _devices.channels({}, [], cuda=True, world=True) == ["cuda_ipc", "cuda_basic", "basic"]
+    assert _devices.channels(None, None, cuda=False, world=True) == ["basic"], "no CUDA, no CUDA channels"
+
+
 @no_cuda
 def test_device_maps_are_refused_in_init_rpc_without_cuda():
     maps = {"worker1": {torch.device("cuda:0"): torch.device("cuda:0")}}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import worlds
 from programs import cuda_rpc
 
 from rpc_harness.errors import WorldFailed
@@ -35,6 +36,15 @@ def test_device_maps_are_refused_before_init_rpc_with_the_harness_reason(rpc_wor
     # The harness's reason comes first: not torch's own error on a CPU build.
     assert "Cannot access accelerator device" not in str(failed.value)
     assert result.ranks[1].status == "stopped", "worker1 waited in init_rpc until the world was stopped"
+
+
+def test_every_rank_of_a_spawned_world_asks_for_the_cuda_channels_the_world_may_need(rpc_world, tmp_path):
+    """The rank without a map of its own (worker1 of the one-sided map) asks
+    for the world's channels too: seen through the channel decision, faked
+    to record what each rank asks (CUDA channels cannot be built on a CPU
+    torch)."""
+    result = rpc_world.spawn(worlds.record_channel_requests, args=(2, str(tmp_path)), nprocs=2)
+    assert result.values == [{"world": True}, {"world": True}]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (not run on the CPU machine this was written on)")
