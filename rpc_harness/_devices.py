@@ -136,3 +136,67 @@ def install() -> None:
     for name, wrapper in replaced.items():
         setattr(wrapper, _MARK, True)
         setattr(cls, name, wrapper)
+
+
+# -- the world option ``devices`` ------------------------------------------------------------
+
+
+def rank_device(devices: Sequence[str], rank: int, device_count: int) -> str:
+    """Rank ``rank``'s device under the world option ``devices`` (checked:
+    ``()`` for the CPU, ``("cuda",)``, or ``cuda:N``s): ``cuda`` gives rank r
+    ``cuda:(r mod device_count)``, a list is taken round-robin."""
+    if not devices:
+        return "cpu"
+    if tuple(devices) == ("cuda",):
+        return f"cuda:{rank % max(device_count, 1)}"
+    return devices[rank % len(devices)]
+
+
+def world_device_maps(devices: Sequence[str], names: Sequence[str], rank: int,
+                      device_count: int) -> dict[str, dict[str, str]]:
+    """The device maps a run world's rank ``rank`` gets: its device to each
+    peer's, so that an entry can ``rpc_sync`` CUDA tensors to any rank.
+    Every pair maps both ways alike, as TensorPipe requires."""
+    mine = rank_device(devices, rank, device_count)
+    return {name: {mine: rank_device(devices, peer, device_count)}
+            for peer, name in enumerate(names) if peer != rank}
+
+
+def sharing_note(devices: Sequence[str], world_size: int, device_count: int) -> str:
+    """For a world's report: its devices, and whether ranks share them."""
+    if not devices:
+        return ""
+    used = {rank_device(devices, rank, device_count) for rank in range(world_size)}
+    label = ",".join(devices)
+    if len(used) < world_size:
+        return f"{label} ({world_size} ranks on {len(used)} GPU(s), shared round-robin)"
+    return label
+
+
+def require_world_devices(devices: Sequence[str], *, where: str, faulty_agent: bool) -> int:
+    """Before any process starts: the number of CUDA devices a world that
+    asks for ``devices`` can use, or :class:`Unsupported` saying why it
+    cannot run here (no CUDA, an index past the devices there are, or torch's
+    faulty agent, whose options take no device maps). Asked through NVML,
+    which leaves this process fork-safe (``_cuda_fork``)."""
+    if not devices:
+        return 0
+    from ._cuda_fork import cuda_available as fork_safe_cuda_available
+
+    asked = ",".join(devices)
+    if not fork_safe_cuda_available():
+        import torch
+
+        raise Unsupported(f"{where}: devices={asked!r} asks for CUDA, but CUDA is not available here (torch "
+                          f"{torch.__version__}); run it on a machine with a GPU, or without devices")
+    import torch
+
+    count = torch.cuda.device_count()
+    past = [device for device in devices if device != "cuda" and int(device.split(":")[1]) >= count]
+    if past:
+        raise Unsupported(f"{where}: devices={asked!r} names {', '.join(past)}, but this machine has {count} "
+                          f"CUDA device(s) (cuda:0..cuda:{count - 1})")
+    if faulty_agent:
+        raise Unsupported(f"{where}: devices={asked!r} with message faults or schedule fuzzing: torch's faulty "
+                          "agent, which those need, takes no device maps")
+    return count

@@ -103,6 +103,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
     # Before anything touches CUDA (seeding may); raised where failures are reported.
     fork_error = _cuda_fork.rank_fork_error()
     if fork_error is None:
+        ctx.device, ctx.world_devices = _take_device(options.devices, boot.rank), options.devices
         seed_everything(ctx.seed)
     torch.set_num_threads(intra_op_threads(dict(options.env), world_size))
     # Progress may be reported from RPC handler threads while the main thread
@@ -169,6 +170,15 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
             return 1
     life.wait_for_exit()
     return 0
+
+
+def _take_device(devices: tuple[str, ...], rank: int) -> torch.device:
+    """This rank's device under the world option ``devices``, made current
+    before anything of the program runs."""
+    device = torch.device(_devices.rank_device(devices, rank, torch.cuda.device_count() if devices else 0))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
 
 
 def _prepare_process(boot: Boot) -> None:

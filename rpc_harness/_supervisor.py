@@ -453,6 +453,7 @@ class Supervisor:
             isolation=self.isolation,
             schedule_label=self.schedule_label,
             fuzz=self.spec.options.fuzz or 0.0,
+            devices=self.spec.device_note,
         )
 
 

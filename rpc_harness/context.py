@@ -177,6 +177,10 @@ class RankContext:
         self._progress_pending: msg.Progress | None = None
         self.names: tuple[str, ...] = ()
         self.name: str | None = None
+        # The rank's device (a torch.device in a rank: its CUDA device under
+        # the world option devices, already current; the CPU otherwise).
+        self.device: Any = "cpu"
+        self.world_devices: tuple[str, ...] = ()  # the world option devices, for the device maps
         self.world_size = len(names) if world_size is None else world_size
         if names:
             self.join(names)

@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import inspect
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +127,32 @@ def check_setup(value: Any, where: str) -> EntryRef:
     return ref
 
 
+_CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
+
+
+def check_devices(value: Any, where: str) -> tuple[str, ...]:
+    """The world's devices: ``cpu`` (the default, as ``()``), ``cuda`` (rank
+    r gets ``cuda:(r % device_count)``), or a list of ``cuda:N`` that the
+    ranks take round-robin. Text forms: ``cpu``, ``cuda``, ``cuda:0,cuda:1``."""
+    items = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+    if isinstance(items, str) or not isinstance(items, Sequence) or not items or not all(
+            isinstance(item, str) for item in items):
+        raise WorldSpecError(f"{where}: invalid devices {value!r}; use cpu, cuda, or a list of cuda:N")
+    if list(items) == ["cpu"]:
+        return ()
+    if list(items) == ["cuda"]:
+        return ("cuda",)
+    bad = [item for item in items if not _CUDA_INDEX.fullmatch(item)]
+    if bad:
+        raise WorldSpecError(f"{where}: invalid devices {clip_text(', '.join(map(repr, bad)))}; use cpu, cuda, "
+                             "or a list of cuda:N (cpu and cuda stand alone)")
+    return tuple(items)
+
+
+def clip_text(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def check_schedule(value: Any, where: str) -> str:
     from .schedule import check
 
@@ -225,6 +252,11 @@ class WorldOptions:
         command_line="--schedule",
         help="the order of the world's steps: free (the operating system's), controlled or random (the seed "
              "chooses each step uniformly), pct or pct:DEPTH (PCT), or replay:... (a recorded schedule)")
+    devices: tuple[str, ...] = option(
+        (), check=check_devices, parse=str, flag="--rpc-devices", marker=True, token="dev", plain=",".join,
+        help="the ranks' devices: cpu (the default), cuda (rank r gets cuda:(r mod device_count), set as its "
+             "current device and ctx.device; a run world's ranks get device maps to every peer), or a list "
+             "cuda:0,cuda:1 taken round-robin; refused before any process starts where CUDA is not available")
     setup: EntryRef | None = option(
         None, check=check_setup, token="su", plain=str,
         help="a module-level function (or 'package.module:function') that every rank calls with no arguments "

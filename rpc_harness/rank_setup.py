@@ -116,8 +116,23 @@ def rpc_backend(
             num_fail_sends=max([int(f.arg) for f in mine if f.kind == "msgfail"] or [0]),
         )
         return rpc.backend_registry.BackendType.FAULTY_TENSORPIPE, options
-    options = tensorpipe_options(init_method, rpc_timeout, num_worker_threads or 16)
+    device = str(getattr(ctx, "device", "cpu"))
+    if device.startswith("cuda") and ctx.names:
+        # A run world's rank on a GPU: device maps to every peer, so that an
+        # entry can rpc_sync CUDA tensors to any rank (world option devices).
+        devices = ctx.world_devices
+        maps = _devices.world_device_maps(devices, ctx.names, ctx.rank, _cuda_device_count())
+        options = tensorpipe_options(init_method, rpc_timeout, num_worker_threads or 16, cuda_world=True,
+                                     device_maps=maps, devices=[device])
+    else:
+        options = tensorpipe_options(init_method, rpc_timeout, num_worker_threads or 16)
     return rpc.backend_registry.BackendType.TENSORPIPE, options
+
+
+def _cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def tensorpipe_options(init_method: str, rpc_timeout: float, num_worker_threads: int = 16, *,

@@ -125,6 +125,7 @@ class WorldResult:
     # under (its label; "free" when the OS decided) and the fuzz's delays.
     schedule_label: str = "free"
     fuzz: float = 0.0
+    devices: str = ""  # the world option devices, and whether ranks shared them ("" for the CPU)
 
     @property
     def schedule_digest(self) -> str:
@@ -226,6 +227,8 @@ class WorldResult:
             what += f", schedule={self.schedule_label}"
         if self.fuzz:
             what += f", fuzz={self.fuzz:g}"
+        if self.devices:
+            what += f", devices={self.devices}"
         if self.timed_out and self.budget == "bring-up":
             waiting = sum(1 for r in self.ranks if r.status == HUNG)
             head = (f"rpc world did not come up: {waiting} of {self.world_size} ranks had not joined "

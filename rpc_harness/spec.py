@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .entry import EntryRef, check_signature
-from .errors import FaultPlanError, WorldSpecError
+from .errors import FaultPlanError, Unsupported, WorldSpecError
 from .faults import FaultPlan, uses_faulty_agent
 from .options import MAX_FAULTY_WORLD_SIZE, MAX_WORLD_SIZE, WorldOptions, default_bringup
 
@@ -34,6 +34,7 @@ class WorldSpec:
     kwargs: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     spawned: bool = False
     repro: str = ""
+    device_note: str = ""  # the world's devices for its report, and whether ranks share them
 
     @property
     def world_size(self) -> int:
@@ -59,7 +60,7 @@ def _reported_at_the_caller(build: Callable[..., WorldSpec]) -> Callable[..., Wo
         __tracebackhide__ = True
         try:
             return build(*args, **kwargs)
-        except (WorldSpecError, FaultPlanError) as error:
+        except (WorldSpecError, FaultPlanError, Unsupported) as error:
             raise error.with_traceback(None)  # noqa: B904 - the same error, not another
 
     return checked
@@ -112,6 +113,15 @@ def make_spec(
             f"ranks, got {len(resolved_names)}: torch's faulty agent cannot leave TensorPipe's shared-memory "
             "transport, whose connection backlog overflows in larger worlds"
         )
+    device_note = ""
+    if checked.devices:
+        # Here, not in the option's check: whether CUDA is there is a fact of
+        # this machine, not of the value (a token from a GPU machine decodes).
+        from ._devices import require_world_devices, sharing_note
+
+        count = require_world_devices(checked.devices, where=where,
+                                      faulty_agent=uses_faulty_agent(plan, checked.fuzz))
+        device_note = sharing_note(checked.devices, len(resolved_names), count)
     try:
         payload = pickle.dumps((tuple(args), dict(kwargs or {})))
     except Exception as error:
@@ -127,6 +137,7 @@ def make_spec(
         kwargs=tuple(sorted(dict(kwargs or {}).items())),
         spawned=spawned,
         repro=repro,
+        device_note=device_note,
     )
 
 

@@ -523,3 +523,7 @@ def record_channel_requests(rank, world_size, folder):
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=options)
     rpc.shutdown()
     return asked
+
+
+def device_of(ctx):
+    return str(ctx.device)

@@ -30,6 +30,7 @@ from rpc_harness.errors import (
     MissingExtra,
     ReplayError,
     ScenarioError,
+    Unsupported,
     UsageError,
     WorldSpecError,
 )
@@ -44,7 +45,7 @@ from rpc_harness.seeds import fresh_seed
 
 from .bench import SECTIONS
 
-INPUT_ERRORS = (MissingExtra, WorldSpecError, FaultPlanError, ReplayError, ScenarioError, UsageError)
+INPUT_ERRORS = (MissingExtra, WorldSpecError, FaultPlanError, ReplayError, ScenarioError, UsageError, Unsupported)
 PROGRESS_MODES = ("auto", "live", "lines", "off")
 
 

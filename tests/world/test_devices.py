@@ -51,3 +51,9 @@ def test_every_rank_of_a_spawned_world_asks_for_the_cuda_channels_the_world_may_
 def test_cuda_tensors_travel_along_the_programs_device_maps(rpc_world):
     result = rpc_world.spawn(cuda_rpc.run_worker, args=(2, "device_maps"), nprocs=2)
     assert result.values[0] == {"device": "cuda:0", "value": [2.0, 2.0]}
+
+
+def test_a_rank_knows_its_device_and_a_cpu_world_is_on_the_cpu(rpc_world):
+    result = rpc_world.run(worlds.device_of, world_size=2)
+    assert result.values == ["cpu", "cpu"]
+    assert "devices=" not in result.report(), "a CPU world's headline says nothing of devices"
