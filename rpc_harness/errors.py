@@ -12,6 +12,37 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from .result import WorldResult
 
+# The most characters of one input a message echoes. Echoed in full, a
+# 100,000-character fault plan made a 200 KB error (issue 28).
+ECHO_LIMIT = 80
+
+
+def clip(value: object, *, at: int | None = None, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters.
+
+    Every message that echoes input goes through here. A long text keeps
+    the characters around index ``at`` (where the problem is), or, without
+    ``at``, its start and its end; what was cut is said, with the length.
+    A whole number too long for Python to print (``sys.get_int_max_str_digits``)
+    is named by its size, not repr'd (which would raise).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            text = repr(value)
+        except ValueError:  # more digits than Python converts
+            return f"a whole number of about {int(value.bit_length() * 0.30103):,} digits"
+        return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-(limit // 4):]} ({len(text):,} digits)"
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return repr(value)
+    if at is None:
+        head, tail = limit * 2 // 3, limit // 3
+        cut = text[:head] + "..." + text[-tail:]
+    else:
+        start = min(max(0, at - limit // 2), len(text) - limit)
+        cut = ("..." if start else "") + text[start:start + limit] + ("..." if start + limit < len(text) else "")
+    return f"{cut!r} ({len(text):,} characters, cut)" if isinstance(value, str) else f"{cut} ({len(text):,} characters, cut)"
+
 
 class HarnessError(Exception):
     """Base class of every error rpc-harness raises on purpose."""

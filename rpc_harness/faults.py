@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from .errors import FaultPlanError
+from .errors import FaultPlanError, clip
 
 # Message types torch's FaultyTensorPipeAgent knows by name.
 MESSAGE_TYPES = (
@@ -75,11 +75,11 @@ def parse_duration(text: str, *, where: str) -> float:
     """``0.2s``, ``150ms`` or a bare number of seconds."""
     match = _DURATION_RE.match(text.strip())
     if match is None:
-        raise FaultPlanError(f"{where}: bad duration {text!r}; use seconds like 0.2s or 150ms")
+        raise FaultPlanError(f"{where}: bad duration {clip(text)}; use seconds like 0.2s or 150ms")
     value = float(match["num"])
     value = value / 1000.0 if match["unit"] == "ms" else value
     if not math.isfinite(value):
-        raise FaultPlanError(f"{where}: bad duration {text!r}; use seconds like 0.2s or 150ms")
+        raise FaultPlanError(f"{where}: bad duration {clip(text)}; use seconds like 0.2s or 150ms")
     return value
 
 
@@ -103,7 +103,7 @@ def _no_argument(kind: str) -> Argument:
         if text is not None:
             raise FaultPlanError(f"{where}: {kind} takes no =ARG")
 
-    return Argument(parse, lambda value: None if value is None else f"{kind} takes no argument, got {value!r}",
+    return Argument(parse, lambda value: None if value is None else f"{kind} takes no argument, got {clip(value)}",
                     lambda value: None)
 
 
@@ -116,7 +116,7 @@ def _duration(kind: str) -> Argument:
     def problem(value: Any) -> str | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_DELAY:
             return None
-        return f"{kind} needs a duration in seconds (0..{MAX_DELAY:g}), got {value!r}"
+        return f"{kind} needs a duration in seconds (0..{MAX_DELAY:g}), got {clip(value)}"
 
     return Argument(parse, problem, lambda value: f"{format_seconds(value)}s")
 
@@ -132,7 +132,7 @@ def _count(kind: str) -> Argument:
     def problem(value: Any) -> str | None:
         if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 999_999:
             return None
-        return f"{kind}'s count must be a whole number >= 1, got {value!r}"
+        return f"{kind}'s count must be a whole number >= 1, got {clip(value)}"
 
     return Argument(parse, problem, str)
 
@@ -142,7 +142,7 @@ def _message(kind: str) -> Argument:
         if value is None or (isinstance(value, str) and value and "," not in value and value == value.strip()
                              and all(c.isprintable() for c in value)):
             return None
-        return f"{kind}'s message must be printable text without commas or outer spaces, got {value!r}"
+        return f"{kind}'s message must be printable text without commas or outer spaces, got {clip(value)}"
 
     return Argument(lambda text, where: text or None, problem, lambda value: value or None)
 
@@ -226,7 +226,7 @@ class Fault:
     optional: bool = False
 
     def __post_init__(self) -> None:
-        _check_fault(self, where=f"{self.kind}:{self.target}@{self.point}")
+        _check_fault(self, where=clip(f"{self.kind}:{self.target}@{self.point}"))
 
     @property
     def spec(self) -> FaultKind:
@@ -285,7 +285,7 @@ class FaultPlan:
         faults = tuple(value)
         for fault in faults:
             if not isinstance(fault, Fault):
-                raise FaultPlanError(f"{where}: expected Fault objects, got {fault!r}")
+                raise FaultPlanError(f"{where}: expected Fault objects, got {clip(fault)}")
         return cls(faults)
 
     def __str__(self) -> str:
@@ -316,17 +316,31 @@ class FaultPlan:
         where: str = "fault plan",
     ) -> None:
         """Check targets against the world's worker names and, when the
-        scenario declares them, points against its failpoints."""
+        scenario declares them, points against its failpoints; refuse a
+        fault given twice."""
+        first: dict[tuple[str, str, str, int], int] = {}
+        for index, fault in enumerate(self.faults):
+            # Two faults of one kind at the same worker, point and hit fire
+            # together: the same fault twice, or two that contradict each
+            # other (two kills, two messages for one raise). Either way the
+            # plan does not say what its author meant.
+            earlier = first.setdefault((fault.kind, fault.target, fault.point, fault.hit), index)
+            if earlier != index:
+                raise FaultPlanError(
+                    f"{where}: duplicate fault {clip(str(fault))} (fault {index + 1} of the plan) repeats "
+                    f"{clip(str(self.faults[earlier]))} (fault {earlier + 1}): one kind at one worker, point and "
+                    "hit fires once; give it once"
+                )
         for fault in self.faults:
             if fault.target not in names:
                 raise FaultPlanError(
-                    f"{where}: {fault} targets unknown worker {fault.target!r}; "
+                    f"{where}: {clip(str(fault))} targets unknown worker {clip(fault.target)}; "
                     f"this world's workers are {', '.join(names)}"
                 )
             if failpoints is not None and fault.spec.at_failpoint and is_code_point(fault.point):
                 if fault.point not in failpoints:
                     raise FaultPlanError(
-                        f"{where}: {fault} names unknown failpoint {fault.point!r}; "
+                        f"{where}: {clip(str(fault))} names unknown failpoint {clip(fault.point)}; "
                         f"known failpoints: {', '.join(failpoints)}"
                     )
         for target in {f.target for f in self.faults}:
@@ -343,17 +357,17 @@ def parse_fault(token: str, *, where: str = "fault plan") -> Fault:
     """Parse one fault token; errors name the token and list what is allowed."""
     match = _FAULT_RE.match(token)
     if match is None:
-        raise FaultPlanError(f"{where}: cannot parse fault {token!r}; expected {SYNTAX}")
+        raise FaultPlanError(f"{where}: cannot parse fault {clip(token)}; expected {SYNTAX}")
     kind = FAULT_KINDS.get(match["kind"])
     if kind is None:
         raise FaultPlanError(
-            f"{where}: unknown fault kind {match['kind']!r} in {token!r}; allowed kinds: {', '.join(KINDS)}"
+            f"{where}: unknown fault kind {clip(match['kind'])} in {clip(token)}; allowed kinds: {', '.join(KINDS)}"
         )
     if not kind.at_failpoint and match["hit"] is not None:
-        raise FaultPlanError(f"{where}: {token!r}: {kind.name} takes no #HIT; message faults apply to every send")
+        raise FaultPlanError(f"{where}: {clip(token)}: {kind.name} takes no #HIT; message faults apply to every send")
     hit = int(match["hit"]) if match["hit"] is not None else 1
     repeat = bool(match["repeat"]) if match["hit"] is not None else kind.repeats
-    arg = kind.argument.parse(match["arg"], f"{where}: {token!r}")
+    arg = kind.argument.parse(match["arg"], f"{where}: {clip(token)}")
     try:
         return Fault(kind.name, match["target"], match["point"], hit, repeat, arg, bool(match["optional"]))
     except FaultPlanError as error:
@@ -363,25 +377,25 @@ def parse_fault(token: str, *, where: str = "fault plan") -> Fault:
 def _check_fault(fault: Fault, *, where: str) -> None:
     kind = FAULT_KINDS.get(fault.kind)  # type: ignore[call-overload]
     if kind is None:
-        raise FaultPlanError(f"{where}: unknown fault kind {fault.kind!r}; allowed kinds: {', '.join(KINDS)}")
+        raise FaultPlanError(f"{where}: unknown fault kind {clip(fault.kind)}; allowed kinds: {', '.join(KINDS)}")
     if not isinstance(fault.point, str) or not isinstance(fault.target, str):
-        raise FaultPlanError(f"{where}: a fault's target and point are text, got {fault.target!r}, {fault.point!r}")
+        raise FaultPlanError(f"{where}: a fault's target and point are text, got {clip(fault.target)}, {clip(fault.point)}")
     if not _NAME_RE.match(fault.target):
-        raise FaultPlanError(f"{where}: bad target {fault.target!r}; worker names use letters, digits, _ - :")
+        raise FaultPlanError(f"{where}: bad target {clip(fault.target)}; worker names use letters, digits, _ - :")
     if isinstance(fault.hit, bool) or not isinstance(fault.hit, int) or fault.hit < 1:
-        raise FaultPlanError(f"{where}: hit must be >= 1 (hits count from 1), got {fault.hit}")
+        raise FaultPlanError(f"{where}: hit must be >= 1 (hits count from 1), got {clip(fault.hit)}")
     if kind.at_failpoint:
         if not (_POINT_RE.match(fault.point) or _RPC_POINT_RE.match(fault.point)
                 or _CALL_POINT_RE.match(fault.point)):
             raise FaultPlanError(
-                f"{where}: bad failpoint name {fault.point!r}; use a name like trainer.step, "
+                f"{where}: bad failpoint name {clip(fault.point)}; use a name like trainer.step, "
                 "rpc.call:NAME, rpc.serve:NAME or call:package.module:Qualified.name"
             )
     elif fault.point not in kind.message_types:
         why = ("torch retries only these" if kind.name == "msgfail"
                else "torch sends the others from C++, where a delay could not be counted")
         raise FaultPlanError(
-            f"{where}: {kind.name} cannot use message type {fault.point!r} ({why}); "
+            f"{where}: {kind.name} cannot use message type {clip(fault.point)} ({why}); "
             f"allowed: {', '.join(kind.message_types)}"
         )
     problem = kind.argument.problem(fault.arg)

@@ -90,3 +90,48 @@ def test_kill_targets():
     plan = FaultPlan.parse("kill:a@x#2,delay:b@x=1ms,kill:c@y")
     assert plan.kill_targets() == {"a", "c"}
     assert plan.for_target("b") == (Fault("delay", "b", "x", 1, True, 0.001),)
+
+
+@pytest.mark.parametrize(
+    ("text", "duplicate", "first"),
+    [
+        ("kill:a@x.step#3,delay:b@x.step=1ms,kill:a@x.step#3", "'kill:a@x.step#3' (fault 3 of the plan)",
+         "'kill:a@x.step#3' (fault 1)"),
+        ("raise:a@x.step#2=boom,raise:a@x.step#2=bang", "'raise:a@x.step#2=bang' (fault 2 of the plan)",
+         "'raise:a@x.step#2=boom' (fault 1)"),
+        ("msgfail:a@RREF_USER_DELETE=2,msgfail:a@RREF_USER_DELETE=2", "'msgfail:a@RREF_USER_DELETE=2' (fault 2",
+         "(fault 1)"),
+    ],
+)
+def test_a_duplicate_fault_is_refused_naming_both(text, duplicate, first):
+    # Issue 28: a fault given twice was accepted silently. Two faults of one
+    # kind at one worker, point and hit fire together: one of them is a mistake.
+    with pytest.raises(FaultPlanError, match="duplicate fault") as caught:
+        FaultPlan.parse(text).validate(["a", "b"], where="--faults")
+    assert str(caught.value).startswith("--faults: duplicate fault ")
+    assert duplicate in str(caught.value) and first in str(caught.value)
+
+
+def test_the_same_fault_at_other_hits_or_kinds_is_not_a_duplicate():
+    FaultPlan.parse("kill:a@x.step#3,delay:a@x.step#3=1ms,raise:a@x.step#1,raise:a@x.step#2,"
+                    "raise:b@x.step#1").validate(["a", "b"])
+
+
+@pytest.mark.parametrize(
+    ("text", "names", "shows"),
+    [
+        ("kill:" + "t" * 100_000 + "@x.step#3", ["a"], "unknown worker 'ttttt"),
+        ("kill:a@" + "p" * 100_000, ["a"], "unknown failpoint 'ppppp"),
+        ("delay:a@x.step=" + "9" * 100_000 + "x", ["a"], "bad duration '9999"),
+        ("kill:a@x.step#3=" + "x" * 100_000, ["a"], "kill takes no =ARG"),
+        ("boom" * 25_000 + ":a@x.step", ["a"], "unknown fault kind 'boomboom"),
+        ("kill:a@x.step#3," * 7_000 + "kill:a@x step", ["a"], "cannot parse fault 'kill:a@x step'"),
+    ],
+)
+def test_a_long_plan_is_cut_in_its_error(text, names, shows):
+    # Issue 28: a 100,000-character plan gave a 200 KB error. The message
+    # keeps what shows the problem and says how long the input was.
+    with pytest.raises(FaultPlanError) as caught:
+        FaultPlan.parse(text, where="--faults").validate(names, failpoints=["x.step"], where="--faults")
+    message = str(caught.value)
+    assert shows in message and len(message) < 600, (len(message), message[:300])
