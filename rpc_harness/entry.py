@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import WorldSpecError
+from .errors import WorldSpecError, clip
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class EntryRef:
         if isinstance(entry, str):
             module, sep, qualname = entry.partition(":")
             if not sep or not module or not qualname:
-                raise WorldSpecError(f"{where}: {entry!r} is not of the form 'package.module:function'")
+                raise WorldSpecError(f"{where}: {clip(entry)} is not of the form 'package.module:function'")
             ref = cls(module, qualname)
             ref.load(where=where)
             return ref

@@ -22,12 +22,13 @@ import dataclasses
 import inspect
 import math
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .entry import EntryRef
-from .errors import WorldSpecError
+from .errors import WorldSpecError, clip
 from .faults import FaultPlan
 from .seeds import MAX_SEED, fresh_seed
 
@@ -64,7 +65,7 @@ def check_seconds(what: str) -> Callable[[Any, str], float]:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not (
             0 < value <= MAX_SECONDS
         ):
-            raise WorldSpecError(f"{where}: invalid {what} {value!r}; use seconds > 0 (at most {MAX_SECONDS:g})")
+            raise WorldSpecError(f"{where}: invalid {what} {clip(value)}; use seconds > 0 (at most {MAX_SECONDS:g})")
         return float(value)
 
     return check
@@ -72,13 +73,13 @@ def check_seconds(what: str) -> Callable[[Any, str], float]:
 
 def check_seed(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise WorldSpecError(f"{where}: invalid seed {value!r}; use a whole number 0..2**63-1")
+        raise WorldSpecError(f"{where}: invalid seed {clip(value)}; use a whole number 0..2**63-1")
     return value
 
 
 def check_fuzz(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_FUZZ:
-        raise WorldSpecError(f"{where}: invalid fuzz {value!r}; use the largest delay in seconds, 0..{MAX_FUZZ:g}")
+        raise WorldSpecError(f"{where}: invalid fuzz {clip(value)}; use the largest delay in seconds, 0..{MAX_FUZZ:g}")
     return float(value)
 
 
@@ -88,7 +89,7 @@ def check_faults(value: Any, where: str) -> FaultPlan:
 
 def check_failpoints(value: Any, where: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(p, str) for p in value):
-        raise WorldSpecError(f"{where}: failpoints must be a list of failpoint names, got {value!r}")
+        raise WorldSpecError(f"{where}: failpoints must be a list of failpoint names, got {clip(value)}")
     return tuple(value)
 
 
@@ -99,16 +100,16 @@ def check_env(value: Any, where: str) -> tuple[tuple[str, str], ...]:
         raise WorldSpecError(f"{where}: env must map str to str, got {type(value).__name__}")
     for key, text in value.items():
         if not isinstance(key, str) or not isinstance(text, str):
-            raise WorldSpecError(f"{where}: env must map str to str, got {key!r}: {text!r}")
+            raise WorldSpecError(f"{where}: env must map str to str, got {clip(key)}: {clip(text)}")
     threads = value.get("OMP_NUM_THREADS")
     if threads is not None and not (threads.isascii() and threads.isdigit() and int(threads) >= 1):
-        raise WorldSpecError(f"{where}: env OMP_NUM_THREADS={threads!r} is not a positive whole number")
+        raise WorldSpecError(f"{where}: env OMP_NUM_THREADS={clip(threads)} is not a positive whole number")
     return tuple(sorted(value.items()))
 
 
 def check_isolate(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise WorldSpecError(f"{where}: isolate must be True, False or None, got {value!r}")
+        raise WorldSpecError(f"{where}: isolate must be True, False or None, got {clip(value)}")
     return value
 
 
@@ -166,6 +167,22 @@ def parse_number(text: str) -> float:
 
 def parse_whole(text: str) -> int:
     return int(text, 0)
+
+
+def whole_number(text: str) -> int:
+    """``int(text)`` with a message fit to show: the text cut, and the true
+    reason when the digits are more than Python reads (its int max str
+    digits, 4300 by default): ``int()`` itself calls a 5,000-digit number
+    "not a valid int"."""
+    try:
+        return int(text)
+    except ValueError:
+        digits = text.strip().lstrip("+-").replace("_", "")
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+        if digits.isascii() and digits.isdigit() and limit and len(digits) > limit:
+            raise ValueError(f"a whole number of {len(digits):,} digits, past the {limit} digits Python reads "
+                             "as an int (sys.set_int_max_str_digits)") from None
+        raise ValueError(f"{clip(text)} is not a valid int") from None
 
 
 # -- the declaration -------------------------------------------------------------------
@@ -316,3 +333,12 @@ def add_option(parser: argparse.ArgumentParser, name: str, *, default: Any = Non
             raise argparse.ArgumentTypeError(message) from None
 
     parser.add_argument(flag, type=read, default=default, required=required, help=help or spec.help)
+
+
+def whole_argument(text: str) -> int:
+    """A whole-number flag of a command (``-n``, ``--steps``, ``--repeat``):
+    argparse's own ``type=int`` echoes a bad value in full."""
+    try:
+        return whole_number(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

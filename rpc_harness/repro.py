@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import FaultPlanError, ReplayError, WorldSpecError
+from .errors import FaultPlanError, ReplayError, WorldSpecError, clip
 from .faults import FaultPlan
 from .options import DECLARED, MAX_WORLD_SIZE, WorldOptions
 
@@ -326,7 +326,7 @@ def _from_fields(data: Any) -> Repro:
         raise ReplayError("repro token names neither a scenario nor an entry (or both)")
     kind = data.get("k")
     if kind not in (None, "spawn"):
-        raise ReplayError(f"repro token field 'k' is {kind!r}; expected 'spawn' or nothing")
+        raise ReplayError(f"repro token field 'k' is {clip(kind)}; expected 'spawn' or nothing")
     names = data.get("names", [])
     if not isinstance(names, list) or not all(isinstance(x, str) and _NAME_RE.match(x) for x in names):
         raise ReplayError("repro token field 'names' must be a list of worker names")
@@ -358,7 +358,7 @@ def _from_fields(data: Any) -> Repro:
 def _whole(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ReplayError(f"repro token field {key!r} must be a whole number in {low}..{high}, got {value!r}")
+        raise ReplayError(f"repro token field {clip(key)} must be a whole number in {low}..{high}, got {clip(value)}")
     return value
 
 
@@ -367,5 +367,5 @@ def _text(data: Mapping[str, Any], key: str, pattern: re.Pattern[str], what: str
     if value is None:
         return None
     if not isinstance(value, str) or not pattern.match(value):
-        raise ReplayError(f"repro token field {key!r} must be {what}, got {value!r}")
+        raise ReplayError(f"repro token field {clip(key)} must be {what}, got {clip(value)}")
     return value

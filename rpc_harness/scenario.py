@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from .errors import GradientMismatch, ScenarioError, WorldSpecError
+from .errors import GradientMismatch, ScenarioError, WorldSpecError, clip
 from .faults import FaultPlan
 from .gradcheck import Mismatch
-from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE
+from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE, whole_number
 from .progress import Progress
 from .repro import Repro, scenario_call
 from .result import WorldResult
@@ -215,7 +215,7 @@ def load(name: str) -> Scenario:
     points = registry()
     if name not in points:
         known = ", ".join(sorted(points)) or "none: is rpc-harness installed (pip install -e .)?"
-        raise ScenarioError(f"unknown scenario {name!r}; registered scenarios: {known}")
+        raise ScenarioError(f"unknown scenario {clip(name)}; registered scenarios: {known}")
     try:
         obj = points[name].load()
     except Exception as error:  # noqa: BLE001 - whatever importing a plugin raises
@@ -250,7 +250,7 @@ def require_world_size(scenario: str, world_size: object, minimum: int, roles: s
     the one error every scenario raises otherwise (``roles`` says what the
     smallest world holds, e.g. "an agent and an observer")."""
     if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise WorldSpecError(f"{scenario}: invalid world_size {world_size!r}; use a whole number")
+        raise WorldSpecError(f"{scenario}: invalid world_size {clip(world_size)}; use a whole number")
     if world_size < minimum:
         raise WorldSpecError(
             f"{scenario}: invalid world_size {world_size}; the scenario needs >= {minimum} ranks ({roles})"
@@ -315,12 +315,12 @@ def parse_overrides(
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise WorldSpecError(f"{where} {pair!r}: use KEY=VALUE")
+            raise WorldSpecError(f"{where} {clip(pair)}: use KEY=VALUE")
         if key not in fields:
             raise WorldSpecError(
-                f"{where} {pair!r}: {scenario.name} config has no field {key!r}; fields: {', '.join(fields)}"
+                f"{where} {clip(pair)}: {scenario.name} config has no field {clip(key)}; fields: {', '.join(fields)}"
             )
-        out[key] = _typed(text, fields[key], f"{where} {pair!r}")
+        out[key] = _typed(text, fields[key], f"{where} {clip(pair)}")
     make_config(scenario, out, where=f"{where}: {scenario.name} config")
     return out
 
@@ -340,13 +340,15 @@ def _typed(text: str, spec: dataclasses.Field, where: str) -> Any:
                 raise ValueError(text)
             return text.lower() in ("true", "1", "yes")
         if kind is int:
-            return int(text)
+            return whole_number(text)
         if kind is float:
             return float(text)
         if kind is str:
             return text
-    except ValueError:
-        raise WorldSpecError(f"{where}: {text!r} is not a valid {kind.__name__}") from None
+    except ValueError as error:
+        # whole_number says why (the text, cut, or too many digits for Python); the others only fail.
+        problem = str(error) if kind is int else f"{clip(text)} is not a valid {kind.__name__}"
+        raise WorldSpecError(f"{where}: {problem}") from None
     raise WorldSpecError(f"{where}: fields of type {annotation} cannot be set from text")
 
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import WorldSpecError
+from .errors import WorldSpecError, clip
 
 FREE = "free"
 CONTROLLED = "controlled"  # the default strategy: random
@@ -76,7 +76,7 @@ def parse(text: str, *, where: str = "schedule") -> ScheduleSpec:
     """Read a ``schedule`` option: ``free``, ``controlled``, ``random``,
     ``pct``, ``pct:D`` or ``replay:BLOB``."""
     if not isinstance(text, str):
-        raise WorldSpecError(f"{where}: invalid schedule {text!r}; use free, controlled, random, pct, pct:D or replay:...")
+        raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; use free, controlled, random, pct, pct:D or replay:...")
     value = text.strip()
     if value == FREE:
         return ScheduleSpec("free")
@@ -86,9 +86,9 @@ def parse(text: str, *, where: str = "schedule") -> ScheduleSpec:
         depth_text, colon, length_text = value[4:].partition(":")
         depth_text = depth_text if value != "pct" else str(DEFAULT_DEPTH)
         if not depth_text.isdigit() or not 1 <= int(depth_text) <= MAX_DEPTH:
-            raise WorldSpecError(f"{where}: invalid schedule {text!r}; pct's depth is a whole number 1..{MAX_DEPTH}")
+            raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; pct's depth is a whole number 1..{MAX_DEPTH}")
         if colon and not (length_text.isdigit() and 1 <= int(length_text) <= 1_000_000):
-            raise WorldSpecError(f"{where}: invalid schedule {text!r}; pct:DEPTH:STEPS takes a whole number of steps "
+            raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; pct:DEPTH:STEPS takes a whole number of steps "
                                  "1..1000000")
         return ScheduleSpec("pct", depth=int(depth_text), length=int(length_text or 0))
     if value.startswith(_REPLAY):
@@ -96,7 +96,7 @@ def parse(text: str, *, where: str = "schedule") -> ScheduleSpec:
         return ScheduleSpec("replay", steps=steps, digest=recorded)
     if value.startswith(_GUIDE):
         return ScheduleSpec("guide", prefs=_decode_choices(value[len(_GUIDE):], where=where))
-    raise WorldSpecError(f"{where}: invalid schedule {text!r}; use free, controlled, random, pct, pct:D or replay:...")
+    raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; use free, controlled, random, pct, pct:D or replay:...")
 
 
 def check(value: Any, where: str) -> str:

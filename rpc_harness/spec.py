@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .entry import EntryRef, check_signature
-from .errors import FaultPlanError, Unsupported, WorldSpecError
+from .errors import FaultPlanError, Unsupported, WorldSpecError, clip
 from .faults import FaultPlan, uses_faulty_agent
 from .options import MAX_FAULTY_WORLD_SIZE, MAX_WORLD_SIZE, WorldOptions, default_bringup
 
@@ -157,7 +157,7 @@ def _checked_size(world_size: int | None, *, where: str, what: str) -> int:
     if world_size is None:
         raise WorldSpecError(f"{where}: give {what}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise WorldSpecError(f"{where}: invalid {what} {world_size!r}; use 1..{MAX_WORLD_SIZE}")
+        raise WorldSpecError(f"{where}: invalid {what} {clip(world_size)}; use 1..{MAX_WORLD_SIZE}")
     return world_size
 
 
@@ -168,7 +168,7 @@ def resolve_names(
     template such as ``"node{rank}"``."""
     if world_size is not None:
         if isinstance(world_size, bool) or not isinstance(world_size, int):
-            raise WorldSpecError(f"{where}: invalid world_size {world_size!r}; use a whole number >= 1")
+            raise WorldSpecError(f"{where}: invalid world_size {clip(world_size)}; use a whole number >= 1")
         if not 1 <= world_size <= MAX_WORLD_SIZE:
             raise WorldSpecError(f"{where}: invalid world_size {world_size}; use 1..{MAX_WORLD_SIZE}")
     if names is None or isinstance(names, str):
@@ -176,7 +176,7 @@ def resolve_names(
             raise WorldSpecError(f"{where}: give world_size (or a list of names)")
         template = names or "worker{rank}"
         if "{rank}" not in template:
-            raise WorldSpecError(f"{where}: names template {template!r} must contain '{{rank}}'")
+            raise WorldSpecError(f"{where}: names template {clip(template)} must contain '{{rank}}'")
         resolved = tuple(template.format(rank=r) for r in range(world_size))
     else:
         resolved = tuple(names)
@@ -189,7 +189,7 @@ def resolve_names(
     for name in resolved:
         if not isinstance(name, str) or not _WORKER_NAME_RE.match(name):
             raise WorldSpecError(
-                f"{where}: invalid worker name {name!r}; use 1-128 letters, digits, _ - :"
+                f"{where}: invalid worker name {clip(name)}; use 1-128 letters, digits, _ - :"
             )
     duplicates = sorted({n for n in resolved if resolved.count(n) > 1})
     if duplicates:

@@ -36,7 +36,7 @@ from rpc_harness.errors import (
 )
 from rpc_harness.faults import FaultPlan
 from rpc_harness.interrupts import terminate_as_interrupt
-from rpc_harness.options import COMMAND_LINE_DEADLINE, DEFAULT_DEADLINE, add_option
+from rpc_harness.options import COMMAND_LINE_DEADLINE, DEFAULT_DEADLINE, add_option, whole_argument
 from rpc_harness.progress import ProgressBar
 from rpc_harness.repro import Repro, decode, scenario_call
 from rpc_harness.scenario import Scenario, ScenarioReport
@@ -88,14 +88,14 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run scenarios against their single-process baselines")
     run.add_argument("scenarios", nargs="*", default=["all"],
                      help="registered scenario names, or all (default); `rpc-harness list` shows them")
-    run.add_argument("--world-size", "-n", type=int, action="append",
+    run.add_argument("--world-size", "-n", type=whole_argument, action="append",
                      help="world size; repeat for several (default: each scenario's)")
     add_option(run, "seed")
     add_option(run, "faults", help="run only this fault plan, e.g. kill:trainer2@trainer.step#3 "
                                    "(default: a clean world plus each scenario's fault checks)")
     run.add_argument("--no-fault-checks", action="store_true",
                      help="run only the clean world of each scenario, not its fault checks")
-    run.add_argument("--steps", type=int, default=None,
+    run.add_argument("--steps", type=whole_argument, default=None,
                      help="training budget in the scenario's own unit (`rpc-harness list` names it)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario config field")
     add_option(run, "deadline", default=COMMAND_LINE_DEADLINE,
@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
                help="the order of each world's steps: free (the operating system's, the default), controlled "
                     "(random), pct or pct:D, or replay:... ; with --repeat N a controlled run explores N schedules, "
                     "stops at the first that fails and shrinks it")
-    run.add_argument("--repeat", type=int, default=1, metavar="N",
+    run.add_argument("--repeat", type=whole_argument, default=1, metavar="N",
                      help="run every world N times, with seeds S, S+1, ..., and count how many failed or hung "
                           "(a soak test of the fault contracts)")
     run.add_argument("--out", default=None, help="folder for traces, timelines, curves and a JSON summary of every world")
@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure world bring-up, failure latency, failpoint overhead, scenarios")
     bench.add_argument("--quick", action="store_true", help="fewer repetitions and sizes (a smoke run)")
     bench.add_argument("--json", default="rpc-harness-out/bench.json", help="where to write the figures as JSON")
-    bench.add_argument("--repeat", type=int, default=None, help="repetitions per harness measurement")
+    bench.add_argument("--repeat", type=whole_argument, default=None, help="repetitions per harness measurement")
     bench.add_argument("--scenario", action="append", default=None,
                        help="measure this scenario (repeatable; default: every registered one)")
     bench.add_argument("--only", action="append", default=None, choices=SECTIONS,

@@ -75,9 +75,16 @@ import torch.distributed.rpc as rpc
 
 from rpc_harness import scenario as registry
 from rpc_harness.context import RankContext, activate
-from rpc_harness.errors import FaultPlanError, ScenarioError, UsageError, WorldSpecError, one_line
+from rpc_harness.errors import (
+    FaultPlanError,
+    ScenarioError,
+    UsageError,
+    WorldSpecError,
+    clip,
+    one_line,
+)
 from rpc_harness.faults import FAULT_KINDS, FaultPlan
-from rpc_harness.options import COMMAND_LINE_DEADLINE, add_option
+from rpc_harness.options import COMMAND_LINE_DEADLINE, add_option, whole_argument
 from rpc_harness.rank_setup import die_with_parent, rpc_backend
 from rpc_harness.rank_setup import pin_loopback as pin_to_lo
 from rpc_harness.repro import Repro, scenario_call
@@ -124,7 +131,7 @@ class LaunchEnv:
             try:
                 values[var] = kind(text)
             except ValueError:
-                raise UsageError(f"environment variable {var}={text!r} is not an integer") from None
+                raise UsageError(f"environment variable {var}={clip(text)} is not an integer") from None
         env = cls(
             rank=values["RANK"],
             world_size=values["WORLD_SIZE"],
@@ -159,7 +166,7 @@ def load_scenario(name: str) -> Scenario:
     try:
         return registry.resolve(name)
     except ScenarioError as error:
-        raise UsageError(f"--scenario {name!r}: {error}") from None
+        raise UsageError(f"--scenario {clip(name)}: {error}") from None
 
 
 def build_config(scenario: Scenario, pairs: Sequence[str] = (), steps: int | None = None) -> Any:
@@ -507,7 +514,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--faults", default=None, help="fault plan (delay, raise, msgfail, msgdelay)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario config field (repeatable)")
-    parser.add_argument("--steps", type=int, default=None, help="the scenario's training budget")
+    parser.add_argument("--steps", type=whole_argument, default=None, help="the scenario's training budget")
     add_option(parser, "fuzz", default=0.0)
     add_option(parser, "deadline", default=COMMAND_LINE_DEADLINE,
                help=f"seconds before a rank dumps its stacks and exits (default {COMMAND_LINE_DEADLINE:g})")

@@ -76,3 +76,41 @@ def test_the_cli_runs_from_a_source_tree_never_installed(monkeypatch, capsys):
     monkeypatch.setattr(metadata, "version", not_installed)
     assert main(["--version"]) == 0  # the parser, built for every command, asks for the versions
     assert capsys.readouterr().out.startswith("rpc-harness (not installed) (torch (not installed), Python ")
+
+
+DIGITS = "9" * 5000
+
+
+def _token(fields):
+    import base64
+    import zlib
+
+    return "rpch1_" + base64.urlsafe_b64encode(zlib.compress(json.dumps(fields).encode())).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "ps", "--set", f"batches={DIGITS}"],
+         "(5,008 characters, cut): a whole number of 5,000 digits, past the 4300 digits Python reads as an int"),
+        (["run", "ps", "--set", f"batches=x{DIGITS}"], "is not a valid int"),
+        (["run", "ps", "--set", f"nope{DIGITS}=1"], "ps config has no field 'nope999"),
+        (["run", "ps", "--seed", DIGITS], "argument --seed: invalid seed '9999"),
+        (["run", "ps", "-n", DIGITS], "argument --world-size/-n: a whole number of 5,000 digits"),
+        (["run", "ps", "--steps", DIGITS], "argument --steps: a whole number of 5,000 digits"),
+        (["run", "ps", "--repeat", f"x{DIGITS}"], "argument --repeat: 'x999"),
+        (["run", "ps", "--deadline", DIGITS], "argument --deadline: invalid deadline '999"),
+        (["run", "ps", "--schedule", "x" * 100_000], "argument --schedule: invalid schedule 'xxx"),
+        (["run", "ps", "--faults", "kill:" + "t" * 100_000 + "@trainer.step"], "targets unknown worker 'ttt"),
+        (["run", "c" * 100_000], "unknown scenario 'ccc"),
+        (["replay", _token({"n": 2, "seed": 1, "s": "x" * 100_000})], "repro token field 's' must be a scenario"),
+        (["replay", _token({"n": DIGITS, "seed": 1, "s": "ps"})], "repro token field 'n' must be a whole number"),
+    ],
+)
+def test_long_input_is_cut_in_the_message(argv, message, capsys):
+    # Issue 28: messages echoed input in full (a 200 KB error for a long
+    # plan) and called a 5,000-digit number "not a valid int", twice.
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err) < 1200, (len(err), err[-600:])
+    assert err.count("characters, cut") <= 2

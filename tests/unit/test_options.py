@@ -297,3 +297,21 @@ def test_the_session_seed_takes_zero_to_two_to_the_63_minus_one_through_the_flag
         else:
             with pytest.raises(pytest.UsageError, match="invalid seed"):
                 _session_seed(config)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"seed": 10**5000}, "invalid seed a whole number of about 5,000 digits; use a whole number 0..2**63-1"),
+        ({"deadline": "9" * 100_000}, "invalid deadline '999"),
+        ({"env": {"OMP_NUM_THREADS": "x" * 100_000}}, "env OMP_NUM_THREADS='xxx"),
+    ],
+)
+def test_an_option_too_long_to_show_is_cut_and_named(values, message):
+    # Issue 28: repr() of a 5,000-digit int raises ValueError (Python's int
+    # max str digits) instead of the message naming the door; long text was
+    # echoed in full.
+    with pytest.raises(rpc_harness.WorldSpecError) as caught:
+        O.WorldOptions.from_values(values, where="marker rpc_world")
+    text = str(caught.value)
+    assert text.startswith("marker rpc_world: ") and message in text and len(text) < 300, text[:400]
