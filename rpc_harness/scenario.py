@@ -98,6 +98,11 @@ class Scenario(Protocol, Generic[ConfigT, RecordsT, ExpectedT]):
     ``config_type`` is a frozen dataclass whose every field has a default,
     with ``rtol`` and ``atol`` fields (the gradient check's tolerances); its
     ``__post_init__`` raises ``ValueError`` naming a bad field.
+    ``steps_field`` is the config field of the training budget (what
+    ``rpc-harness run --steps`` sets), ``min_steps`` the smallest budget on
+    which its judge can pass the outcome check (the RNN's compares the
+    first epoch's mean loss with the last's: 2 epochs); the command refuses
+    a smaller ``--steps`` before any process starts.
     ``entry(ctx, config)`` is a module-level function run in every rank.
     Before any process starts, ``validate(config, world_size, seed)`` raises
     ``ValueError`` for a config that cannot work at that size, and
@@ -122,6 +127,7 @@ class Scenario(Protocol, Generic[ConfigT, RecordsT, ExpectedT]):
     default_world_size: int
     failpoints: tuple[str, ...]
     steps_field: str
+    min_steps: int
     metric_name: str
     config_type: type
     entry: Callable[..., Any]
@@ -181,6 +187,8 @@ def check_shape(obj: object, *, where: str) -> Scenario:
     missing = sorted({"rtol", "atol", obj.steps_field} - fields)
     if missing:
         raise ScenarioError(f"{where}: {obj.name}'s config has no field {', '.join(map(repr, missing))}")
+    if obj.min_steps < 1:
+        raise ScenarioError(f"{where}: {obj.name} needs min_steps >= 1, got {obj.min_steps}")
     if not 1 <= obj.min_world_size <= obj.default_world_size <= MAX_WORLD_SIZE:
         raise ScenarioError(
             f"{where}: {obj.name} needs 1 <= min_world_size <= default_world_size <= {MAX_WORLD_SIZE}, "
@@ -304,14 +312,18 @@ def parse_overrides(
 ) -> dict[str, Any]:
     """Config overrides from ``KEY=VALUE`` texts, typed by each field's
     default (or annotation), and ``steps`` for the scenario's budget field.
-    Validated as a whole, so a bad value is refused before any world starts."""
+    Validated as a whole, so a bad value is refused before any world starts;
+    so is a budget below what the scenario's judge needs (``min_steps``):
+    the whole world would run, then fail for want of steps."""
     fields = {f.name: f for f in dataclasses.fields(scenario.config_type)}
     out: dict[str, Any] = {}
+    budget_from = ""  # the door that set the budget, for the message
     if steps is not None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise WorldSpecError(f"--steps {steps}: the training budget ({scenario.name}'s "
+            raise WorldSpecError(f"--steps {clip(steps)}: the training budget ({scenario.name}'s "
                                  f"{scenario.steps_field}) must be a whole number >= 1")
         out[scenario.steps_field] = steps
+        budget_from = f"--steps {steps}"
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
@@ -321,7 +333,16 @@ def parse_overrides(
                 f"{where} {clip(pair)}: {scenario.name} config has no field {clip(key)}; fields: {', '.join(fields)}"
             )
         out[key] = _typed(text, fields[key], f"{where} {clip(pair)}")
+        if key == scenario.steps_field:
+            budget_from = f"{where} {clip(pair)}"
     make_config(scenario, out, where=f"{where}: {scenario.name} config")
+    budget = out.get(scenario.steps_field)
+    if budget_from and isinstance(budget, int) and budget < scenario.min_steps:
+        raise WorldSpecError(
+            f"{budget_from}: {scenario.name}'s judge needs {scenario.steps_field} >= {scenario.min_steps} to tell "
+            f"whether training worked; use --steps {scenario.min_steps} or more (`rpc-harness list` shows each "
+            "scenario's budget)"
+        )
     return out
 
 
@@ -369,7 +390,10 @@ class ScenarioReport:
     world_size: int
     seed: int
     metric_name: str
-    steps: int = 0  # episodes / optimizer steps actually run
+    # Optimizer steps actually run, as the judge counts them (RL: one per
+    # episode; RNN: the longest trainer's; PS: every update the server
+    # applied), not the budget --steps sets (epochs, episodes, batches).
+    steps: int = 0
     metric: float = float("nan")  # the final outcome metric
     history: list[float] = field(default_factory=list)  # metric per step, distributed run
     baseline_history: list[float] = field(default_factory=list)  # the same, baseline

@@ -129,6 +129,7 @@ class Tiny:
     default_world_size = 2
     failpoints = FAILPOINTS
     steps_field = "steps"
+    min_steps = 1
     metric_name = "loss"
     config_type = Config
     entry = staticmethod(entry)

@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-fault-checks", action="store_true",
                      help="run only the clean world of each scenario, not its fault checks")
     run.add_argument("--steps", type=whole_argument, default=None,
-                     help="training budget in the scenario's own unit (`rpc-harness list` names it)")
+                     help="training budget in the scenario's own unit, at least what its judge needs "
+                          "(`rpc-harness list` names both); the summary counts optimizer steps")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario config field")
     add_option(run, "deadline", default=COMMAND_LINE_DEADLINE,
                help=f"deadline of each world in seconds (default: {COMMAND_LINE_DEADLINE:g}, for whole "
@@ -305,7 +306,7 @@ def print_outcome(report: ScenarioReport, job: Job) -> None:
     grads = (f"max grad diff {report.max_grad_diff:.2g} over {report.grads_checked} tensors"
              if report.grads_checked else "no gradients compared")
     print(f"  {mark}: {report.scenario} world {report.world_size} ({job.label}): {report.metric_name} "
-          f"{report.metric:.4g} after {report.steps} steps, {grads}, {report.duration:.1f}s")
+          f"{report.metric:.4g} after {report.steps} optimizer steps, {grads}, {report.duration:.1f}s")
     if report.world is not None and report.world.schedule_note:
         digest = f", digest {report.world.schedule_digest}" if report.world.schedule else ""
         print(f"    schedule: {report.world.schedule_note.splitlines()[0]}{digest}")
@@ -325,7 +326,9 @@ def print_outcome(report: ScenarioReport, job: Job) -> None:
 
 def summary_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:
     """The run's table: one row per world, with the fault check it ran."""
-    header = ("scenario", "world", "faults", "steps", "outcome metric", "max grad diff", "grads", "time", "result")
+    # "optimizer steps": what the judge counted, not the --steps budget (epochs, episodes or batches).
+    header = ("scenario", "world", "faults", "optimizer steps", "outcome metric", "max grad diff", "grads", "time",
+              "result")
     table = [header]
     for job, r in rows:
         table.append((
@@ -532,7 +535,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{sc.name}: {sc.summary}")
         print(f"    world sizes {sc.min_world_size}.. (default {sc.default_world_size}): "
               f"{', '.join(sc.names(sc.default_world_size))}")
-        print(f"    --steps sets {sc.steps_field}; metric: {sc.metric_name}")
+        least = f" (at least {sc.min_steps}: its judge needs them)" if sc.min_steps > 1 else ""
+        print(f"    --steps sets {sc.steps_field}{least}; metric: {sc.metric_name}")
         print(f"    failpoints: {', '.join(sc.failpoints)}")
         if checks:
             print(f"    fault checks: {'; '.join(f'{k}: {v}' for k, v in checks.items())}")

@@ -114,3 +114,22 @@ def test_long_input_is_cut_in_the_message(argv, message, capsys):
     err = capsys.readouterr().err
     assert message in err and len(err) < 1200, (len(err), err[-600:])
     assert err.count("characters, cut") <= 2
+
+
+def test_the_summary_counts_optimizer_steps_not_the_steps_budget(capsys):
+    # Issue 28: the table's "steps" column did not mean --steps (rnn: 3
+    # epochs read as 81 steps). It is named for what it counts.
+    from rpc_harness import FaultPlan
+    from rpc_harness import scenario as registry
+    from rpc_harness.apps.cli import Job, print_outcome, summary_table
+    from rpc_harness.repro import Repro
+
+    sc = registry.load("rnn")
+    repro = Repro(world_size=3, seed=1, scenario="rnn", names=sc.names(3), options={"faults": FaultPlan()})
+    report = registry.ScenarioReport(scenario="rnn", world_size=3, seed=1, metric_name="loss", steps=81, metric=2.5,
+                                     grads_checked=10, grads_expected=10)
+    table = summary_table([(Job(sc, repro, "clean"), report)]).splitlines()
+    assert table[0].split("  ")[3] == "optimizer steps" and "optimizer steps" in table[0]
+    assert " 81 " in table[2]
+    print_outcome(report, Job(sc, repro, "clean"))
+    assert "loss 2.5 after 81 optimizer steps" in capsys.readouterr().out

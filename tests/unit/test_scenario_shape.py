@@ -96,6 +96,38 @@ def test_the_cli_refuses_bad_input_for_every_scenario_with_exit_2(no_world, caps
     assert no_world == []
 
 
+@pytest.mark.parametrize("name", registry.available())
+def test_a_budget_below_what_the_judge_needs_is_refused_before_any_world(no_world, capsys, name):
+    # Issue 28: `run rnn --steps 1` ran the whole world, then failed: "only 1
+    # epoch, cannot tell whether the loss falls". Every registered scenario
+    # declares the least its judge needs; --steps and --set below it exit 2.
+    sc = registry.load(name)
+    assert isinstance(sc.min_steps, int) and sc.min_steps >= 1
+    if sc.min_steps == 1:
+        return  # nothing to refuse but what is refused for all (--steps 0)
+    short = sc.min_steps - 1
+    needs = f"{name}'s judge needs {sc.steps_field} >= {sc.min_steps} to tell whether training worked"
+    for argv, door in ((["--steps", str(short)], f"--steps {short}"),
+                       (["--set", f"{sc.steps_field}={short}"], f"--set '{sc.steps_field}={short}'")):
+        assert main(["run", name, "--progress", "off", *argv]) == 2
+        err = capsys.readouterr().err
+        assert f"rpc-harness: error: {door}: {needs}; use --steps {sc.min_steps} or more" in err, err
+    assert no_world == []
+    with pytest.raises(Started):  # the least it needs is enough
+        main(["run", name, "--progress", "off", "--no-fault-checks", "--steps", str(sc.min_steps)])
+
+
+def test_the_rnn_judge_cannot_pass_below_its_min_steps():
+    # What rnn's min_steps stands for: one epoch fails its outcome check
+    # after the whole run (the judge compares the first epoch with the last).
+    from rpc_harness.scenarios import rnn
+
+    config = rnn.Config(sentences=60, epochs=rnn.SCENARIO.min_steps - 1)
+    records = rnn.SCENARIO.baseline(config, 2, 4, None)
+    outcome = rnn.SCENARIO.outcome(records, records, config)
+    assert not outcome.ok and "only 1 epoch, cannot tell whether the loss falls" in outcome.note
+
+
 def test_overrides_are_typed_by_field_including_optional_ones():
     ps = registry.load("ps")
     assert registry.parse_overrides(ps, ["perturb_step=3", "mnist_root=none", "lr=0.5"], steps=4) == {

@@ -49,6 +49,7 @@ from .baseline import BaselineRun, BaselineStep, baseline, default_order
 from .config import (
     DEFAULT_WORLD_SIZE,
     FAILPOINTS,
+    MIN_STEPS,
     MIN_WORLD_SIZE,
     NAME,
     PS_NAME,
@@ -71,7 +72,7 @@ from .server import ParameterServer
 from .trainer import TrainerNet
 
 __all__ = [
-    "DEFAULT_WORLD_SIZE", "FAILPOINTS", "MIN_WORLD_SIZE", "NAME", "PS_NAME", "SCENARIO", "STEPS_FIELD",
+    "DEFAULT_WORLD_SIZE", "FAILPOINTS", "MIN_WORLD_SIZE", "NAME", "PS_NAME", "SCENARIO", "MIN_STEPS", "STEPS_FIELD",
     "BaselineRun", "BaselineStep", "Config", "Net", "ParameterServer", "TrainerNet", "baseline", "build_net",
     "check", "data_source", "default_order", "dropout_seed", "entry", "eval_batches", "get_accuracy",
     "held_out_set", "names", "run", "synthetic_digits", "trainer_batches", "trainer_names",
@@ -87,6 +88,7 @@ class ParameterServerScenario:
     default_world_size = DEFAULT_WORLD_SIZE
     failpoints = FAILPOINTS
     steps_field = STEPS_FIELD
+    min_steps = MIN_STEPS
     metric_name = "accuracy"
     config_type = Config
     entry = staticmethod(entry)

@@ -15,6 +15,9 @@ FAILPOINTS = ("trainer.step", "ps.forward", "optimizer.step")
 MIN_WORLD_SIZE = 2
 DEFAULT_WORLD_SIZE = 3
 STEPS_FIELD = "batches"  # the training budget the CLI's --steps sets
+# The smallest budget its judge can pass: below Config.min_accuracy_steps
+# the accuracy bar is not applied, and the note says so.
+MIN_STEPS = 1
 # The server gives up on trainers that neither finish nor die after this
 # share of the world's deadline: its own message then says which, before
 # the harness's deadline would report a bare hang.

@@ -56,6 +56,7 @@ from .config import (
     FAILPOINTS,
     JUDGE_MIN_EPISODES,
     JUDGE_MIN_OBSERVERS,
+    MIN_STEPS,
     MIN_WORLD_SIZE,
     NAME,
     STEPS_FIELD,
@@ -70,7 +71,7 @@ from .roles import entry
 
 __all__ = [
     "AGENT_NAME", "DEFAULT_WORLD_SIZE", "FAILPOINTS", "JUDGE_MIN_EPISODES", "JUDGE_MIN_OBSERVERS",
-    "MIN_WORLD_SIZE", "NAME", "SCENARIO", "STEPS_FIELD", "Agent", "Config", "Episode", "Observer",
+    "MIN_WORLD_SIZE", "NAME", "SCENARIO", "MIN_STEPS", "STEPS_FIELD", "Agent", "Config", "Episode", "Observer",
     "Policy", "Records", "Trajectory", "baseline", "check", "entry", "judge_outcome", "names", "run",
 ]
 
@@ -84,6 +85,7 @@ class RLScenario:
     default_world_size = DEFAULT_WORLD_SIZE
     failpoints = FAILPOINTS
     steps_field = STEPS_FIELD
+    min_steps = MIN_STEPS
     metric_name = "running reward"
     config_type = Config
     entry = staticmethod(entry)

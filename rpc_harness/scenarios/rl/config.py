@@ -12,6 +12,9 @@ NAME = "rl"
 MIN_WORLD_SIZE = 2
 DEFAULT_WORLD_SIZE = 3
 STEPS_FIELD = "episodes"  # the training budget the CLI's --steps sets
+# The smallest budget its judge can pass: budgets below JUDGE_MIN_EPISODES
+# pass with a note saying the rise of the reward was not judged.
+MIN_STEPS = 1
 ENV_ID = "CartPole-v1"
 
 

@@ -70,6 +70,7 @@ from .config import (
     DEFAULT_WORLD_SIZE,
     EOS,
     FAILPOINTS,
+    MIN_STEPS,
     MIN_WORLD_SIZE,
     NAME,
     STEPS_FIELD,
@@ -85,7 +86,7 @@ from .model import Decoder, EmbeddingTable, RNNModel
 from .roles import entry
 
 __all__ = [
-    "DEFAULT_WORLD_SIZE", "EOS", "FAILPOINTS", "MIN_WORLD_SIZE", "NAME", "SCENARIO", "STEPS_FIELD", "UNK",
+    "DEFAULT_WORLD_SIZE", "EOS", "FAILPOINTS", "MIN_WORLD_SIZE", "NAME", "SCENARIO", "MIN_STEPS", "STEPS_FIELD", "UNK",
     "Config", "Decoder", "EmbeddingTable", "Layout", "RNNModel", "baseline", "batches", "check", "corpus",
     "entry", "epoch_means", "layout", "names", "run",
 ]
@@ -100,6 +101,7 @@ class RNNScenario:
     default_world_size = DEFAULT_WORLD_SIZE
     failpoints = FAILPOINTS
     steps_field = STEPS_FIELD
+    min_steps = MIN_STEPS
     metric_name = "loss"
     config_type = Config
     entry = staticmethod(entry)

@@ -16,6 +16,9 @@ MIN_WORLD_SIZE = 2
 # tutorial's model parallelism at its plainest.
 DEFAULT_WORLD_SIZE = 3
 STEPS_FIELD = "epochs"  # the training budget the CLI's --steps sets
+# The smallest budget its judge can pass: the outcome compares the first
+# epoch's mean loss with the last's, so one epoch fails after the whole run.
+MIN_STEPS = 2
 # A trainer must report a dead server within this share of the world's
 # deadline (it takes ~0.02 s: TensorPipe sees the closed connection at once;
 # the RPC timeout, which is the deadline, is what a trainer that does not
