@@ -33,10 +33,17 @@ from rpc_harness.errors import (
     Unsupported,
     UsageError,
     WorldSpecError,
+    clip,
 )
 from rpc_harness.faults import FaultPlan
 from rpc_harness.interrupts import terminate_as_interrupt
-from rpc_harness.options import COMMAND_LINE_DEADLINE, DEFAULT_DEADLINE, add_option, whole_argument
+from rpc_harness.options import (
+    COMMAND_LINE_DEADLINE,
+    DEFAULT_DEADLINE,
+    MAX_WORLD_SIZE,
+    add_option,
+    whole_argument,
+)
 from rpc_harness.progress import ProgressBar
 from rpc_harness.repro import Repro, decode, scenario_call
 from rpc_harness.scenario import Scenario, ScenarioReport
@@ -167,8 +174,7 @@ class Job:
 
 def cmd_run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
-    if args.repeat < 1:
-        raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
+    check_run_input(args)  # what needs no scenario, before loading one imports torch
     jobs = plan_jobs(args, seed)  # every input checked before any world starts
     if args.out:
         check_writable_folder(args.out, "--out")
@@ -224,6 +230,39 @@ def explore_jobs(jobs: Sequence[Job], args: argparse.Namespace) -> int:
         found.replay = [replay.command(), scenario_call(replay)]
         print("\n".join(found.summary()[1:]))
     return 1 if failed else 0
+
+
+def check_run_input(args: argparse.Namespace) -> None:
+    """Refuse the input of ``run`` that can be judged without a scenario:
+    loading one imports torch (seconds, 15 under load), and ``-n 0`` must
+    not wait for that. What depends on the scenario (its least world size,
+    its config fields, its budget's minimum, its worker names) is checked
+    once it is loaded, still before any process starts."""
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
+    for size in args.world_size or ():
+        if size < 1:
+            raise WorldSpecError(f"-n {size}: invalid world_size {size}; a world has 1 rank or more (each "
+                                 "scenario's least: `rpc-harness list`)")
+        if size > MAX_WORLD_SIZE:
+            raise WorldSpecError(f"-n {size}: invalid world_size {size}; use at most {MAX_WORLD_SIZE}")
+    if args.steps is not None and args.steps < 1:
+        raise WorldSpecError(f"--steps {args.steps}: the training budget must be a whole number >= 1")
+    for pair in args.set:
+        key, sep, _ = pair.partition("=")
+        if not sep or not key:
+            raise WorldSpecError(f"--set {clip(pair)}: use KEY=VALUE")
+    if args.faults is not None and not args.faults:
+        # Without --faults, run checks each scenario's fault contracts; an
+        # empty plan would run the clean world alone, under the label
+        # "faults", and drop those checks without a word.
+        raise UsageError("--faults: the plan is empty; give a fault plan, e.g. kill:trainer2@trainer.step#3, or "
+                         "--no-fault-checks to run only the clean world of each scenario")
+    known = registry.registry()
+    for name in args.scenarios:
+        if name != "all" and name not in known:
+            raise ScenarioError(f"unknown scenario {clip(name)}; registered scenarios: "
+                                f"{', '.join(sorted(known)) or 'none: is rpc-harness installed (pip install -e .)?'}")
 
 
 def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:

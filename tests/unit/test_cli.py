@@ -23,6 +23,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
         (["run", "ps", "--schedule", "sometimes"], "argument --schedule: invalid schedule 'sometimes'"),
         (["run", "ps", "--schedule", "pct:0"], "pct's depth is a whole number 1..20"),
         (["replay", "12345"], "12345 is a seed, not a repro token: run it with `rpc-harness run SCENARIO --seed 12345`"),
+        # Issue 28: an empty plan ran the clean world alone, labelled "faults",
+        # and dropped the scenario's fault checks without a word.
+        (["run", "ps", "--faults", ""], "--faults: the plan is empty; give a fault plan"),
+        (["run", "ps", "--faults", " , "], "or --no-fault-checks to run only the clean world"),
+        (["run", "ps", "--faults", "kill:trainer1@trainer.step#2,kill:trainer1@trainer.step#2"],
+         "--faults: duplicate fault 'kill:trainer1@trainer.step#2' (fault 2 of the plan)"),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):

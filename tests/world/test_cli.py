@@ -139,3 +139,33 @@ def test_run_under_a_controlled_schedule_explores_the_schedules_it_is_asked_for(
     digests = re.findall(r"schedule: controlled \(controlled\), \d+ steps, digest ([0-9a-f]{16})", out)
     assert len(digests) == 2 and digests[0] != digests[1], out
     assert "rnn world 3 (clean): explored 2 controlled schedule(s), 2 distinct" in out
+
+
+NO_TORCH_DRIVER = """
+import json, sys
+from rpc_harness.apps.cli import main
+seen = []
+for argv in json.loads(sys.argv[1]):
+    code = main(["run", *argv, "--progress", "off"])
+    seen.append([argv, code, "torch" in sys.modules])
+print("SEEN" + json.dumps(seen))
+"""
+
+
+def test_run_refuses_bad_input_before_importing_torch(tmp_path):
+    # Issue 28: `run -n 0` was refused only after loading the scenarios had
+    # imported torch (15 s under load). A fresh interpreter: the test
+    # process has torch already. Each refusal must come with torch absent.
+    import subprocess
+    import sys
+
+    cases = [["-n", "0"], ["rnn", "-n", "0"], ["ps", "-n", "300"], ["--steps", "0"], ["rl", "--faults", ""],
+             ["--set", "epochs"], ["chess"], ["all", "--repeat", "0"], ["ps", "--faults", "boom:x@y"],
+             ["ps", "--seed", "-1"], ["ps", "-n", "x"]]
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH_DRIVER, json.dumps(cases)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert "SEEN" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.split("SEEN", 1)[1])
+    assert [code for _, code, _ in seen] == [2] * len(cases), seen
+    assert [argv for argv, _, torch in seen if torch] == [], proc.stderr
+    assert "Traceback" not in proc.stderr
