@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import platform
 import sys
@@ -352,6 +353,8 @@ def print_outcome(report: ScenarioReport, job: Job) -> None:
     if report.ok:
         if report.contract_note:
             print(f"    contract: {report.contract_note.splitlines()[0]}")
+        if math.isnan(report.metric):  # ok on the contract alone: say what was not judged
+            print(f"    outcome: {(report.outcome_note or 'no value').splitlines()[0]}")
         return
     for problem in report.problems():  # the contract's first, when it failed
         print(f"    {problem.splitlines()[0]}")
@@ -369,17 +372,40 @@ def summary_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:
     header = ("scenario", "world", "faults", "optimizer steps", "outcome metric", "max grad diff", "grads", "time",
               "result")
     table = [header]
+    notes = []
     for job, r in rows:
+        metric = f"{r.metric_name} {r.metric:.4g}"
+        if math.isnan(r.metric):
+            notes.append(nan_note(len(notes) + 1, job, r))
+            metric += f" [{len(notes)}]"
         table.append((
             r.scenario, str(r.world_size), job.label if not job.repro.faults else f"{job.label}: {job.repro.faults}",
-            str(r.steps), f"{r.metric_name} {r.metric:.4g}", f"{r.max_grad_diff:.2g}" if r.grads_checked else "-",
+            str(r.steps), metric, f"{r.max_grad_diff:.2g}" if r.grads_checked else "-",
             str(r.grads_checked),
             f"{r.duration:.1f}s", "ok" if r.ok else "FAILED",
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def nan_note(number: int, job: Job, r: ScenarioReport) -> str:
+    """Why a row's metric is nan and what its verdict rests on. A judge
+    leaves the metric nan when the world left nothing to train on or
+    compare: a killed server's world (rnn, ps) returns no records, so no
+    gradient is compared and no outcome judged, and "ok" there means the
+    fault contract held, nothing more."""
+    why = (r.outcome_note or "the judge gave no value").splitlines()[0]
+    if r.ok:
+        checked = ("its fault contract alone (no gradient compared, no outcome judged)" if not r.grads_checked
+                   else f"its fault contract and {r.grads_checked} gradient tensors compared")
+        verdict = f"ok rests on {checked}; the contract held: {r.contract_note.splitlines()[0]}"
+    else:
+        problems = r.problems()
+        verdict = "FAILED" + (f": {problems[0].splitlines()[0]}" if problems else "")
+    return (f"[{number}] {r.scenario} world {r.world_size} ({job.label}): {r.metric_name} is nan, {why}. "
+            f"{verdict}")
 
 
 def repeat_table(rows: Sequence[tuple[Job, ScenarioReport]]) -> str:

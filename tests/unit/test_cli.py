@@ -139,3 +139,33 @@ def test_the_summary_counts_optimizer_steps_not_the_steps_budget(capsys):
     assert " 81 " in table[2]
     print_outcome(report, Job(sc, repro, "clean"))
     assert "loss 2.5 after 81 optimizer steps" in capsys.readouterr().out
+
+
+def test_a_nan_row_says_why_and_what_its_ok_rests_on(capsys):
+    # Issue 28: rows whose metric is nan read "ok" with no word that only
+    # the contract held. A killed server's rnn world: the trainers name the
+    # dead server (the contract), and leave no records to compare.
+    import math
+
+    from rpc_harness import scenario as registry
+    from rpc_harness.apps.cli import Job, print_outcome, summary_table
+    from rpc_harness.repro import Repro
+
+    from .test_contracts import rnn_server_killed
+
+    sc = registry.load("rnn")
+    world = rnn_server_killed(0.02, "RuntimeError: parameter server 'ps1' died: eof")
+    report = registry.judge(sc, world, sc.config_type())
+    assert report.ok and math.isnan(report.metric) and report.grads_checked == 0
+    repro = Repro(world_size=3, seed=0, scenario="rnn", names=world.names, options={"faults": world.faults})
+    job = Job(sc, repro, "server-kill")
+    table = summary_table([(job, report)]).splitlines()
+    assert "loss nan [1]" in table[2] and table[2].split()[-1] == "ok"
+    assert table[4] == (
+        "[1] rnn world 3 (server-kill): loss is nan, not checked: the world left no records to compare (see the "
+        "contract). ok rests on its fault contract alone (no gradient compared, no outcome judged); the contract "
+        "held: trainer failed 0.02s after 'ps1' was killed, naming it")
+    print_outcome(report, job)
+    out = capsys.readouterr().out
+    assert "    contract: trainer failed 0.02s after 'ps1' was killed, naming it\n" in out
+    assert "    outcome: not checked: the world left no records to compare (see the contract)\n" in out
