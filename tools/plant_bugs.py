@@ -13,7 +13,7 @@ Run it on a scratch copy, never on a checkout someone is working in::
 
 The copy's own code is what runs: its root goes first on PYTHONPATH (an
 editable install elsewhere would otherwise win), and the script refuses to
-go on unless ``harness``, ``scenarios`` and ``rpc_harness`` import from it.
+go on unless ``rpc_harness``, its scenarios and its apps import from it.
 """
 
 from __future__ import annotations
@@ -522,7 +522,8 @@ def environment(repo: Path) -> dict[str, str]:
 
 def check_imports(repo: Path, python: str) -> None:
     """Refuse to go on unless the copy's packages are the ones imported."""
-    code = "import rpc_harness, scenarios, rpc_harness; print(rpc_harness.__file__, rpc_harness.scenarios.__file__, rpc_harness.__file__)"
+    code = ("import rpc_harness, rpc_harness.scenarios, rpc_harness.apps.cli; "
+            "print(rpc_harness.__file__, rpc_harness.scenarios.__file__, rpc_harness.apps.cli.__file__)")
     out = subprocess.run([python, "-c", code], cwd=repo, env=environment(repo), capture_output=True, text=True,
                          check=True).stdout.split()
     outside = [path for path in out if not Path(path).resolve().is_relative_to(repo)]
