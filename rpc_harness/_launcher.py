@@ -27,7 +27,7 @@ from typing import Any
 
 from . import _cuda_fork, _netns, _torch_check, _workdirs
 from ._supervisor import Supervisor
-from .errors import WorldFailed, WorldSpecError, WorldTimeout
+from .errors import WorldFailed, WorldSpecError, WorldTimeout, clip
 from .faults import FaultPlan, uses_faulty_agent
 from .options import arguments
 from .progress import Progress
@@ -303,7 +303,7 @@ def isolation_mode() -> str:
     """The session's isolation setting, from ``RPC_HARNESS_ISOLATION``."""
     mode = os.environ.get(ISOLATION_ENV, "auto").strip().lower() or "auto"
     if mode not in ("auto", "off", "require"):
-        raise WorldSpecError(f"{ISOLATION_ENV}={mode!r}: use auto, off or require")
+        raise WorldSpecError(f"{ISOLATION_ENV}={clip(mode)}: use auto, off or require")
     return mode
 
 

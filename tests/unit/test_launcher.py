@@ -133,3 +133,15 @@ def test_a_temp_folder_too_deep_for_the_forkservers_socket_is_refused_naming_it(
     deep = "/tmp/" + "x" * 90 + "/pymp-abcdefgh"
     with pytest.raises(WorldSpecError, match="is too deep for the forkserver's unix socket .* set TMPDIR to a shorter"):
         rpc_harness._launcher.check_socket_folder(deep)
+
+
+def test_a_long_isolation_setting_is_cut_in_its_error(monkeypatch):
+    # Issue 28: input is echoed cut, the environment's included.
+    from rpc_harness._launcher import ISOLATION_ENV, isolation_mode
+
+    monkeypatch.setenv(ISOLATION_ENV, "x" * 100_000)
+    with pytest.raises(rpc_harness.WorldSpecError) as caught:
+        isolation_mode()
+    message = str(caught.value)
+    assert message.startswith(f"{ISOLATION_ENV}='xxx") and "(100,000 characters, cut)" in message
+    assert message.endswith(": use auto, off or require") and len(message) < 200
