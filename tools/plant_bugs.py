@@ -36,6 +36,10 @@ US = "tests/unit/test_schedule.py::"
 WS = "tests/world/test_schedule.py::"
 FP = "tests/world/test_foreign_programs.py::"
 TC = "tests/unit/test_torch_check.py::"
+UC = "tests/unit/test_cli.py::"
+UF = "tests/unit/test_faults.py::"
+SHAPE = "tests/unit/test_scenario_shape.py::"
+WC = "tests/world/test_cli.py::"
 
 
 @dataclass(frozen=True)
@@ -511,6 +515,40 @@ BUGS = (
     Bug("a dump right under faulthandler's is read as one thread", "rpc_harness/_stacks.py",
         "    for block in _THREADS_RE.split(text.strip()):", '    for block in text.strip().split("\\n\\n"):',
         ("tests/unit/test_stackdump.py::test_a_dump_right_under_faulthandlers_is_read_thread_by_thread",)),
+    # Issue 28: bad input refused early and clearly.
+    Bug("a --steps below the judge's minimum runs the whole world", "rpc_harness/scenario.py",
+        "if budget_from and isinstance(budget, int) and budget < scenario.min_steps:",
+        "if budget_from and isinstance(budget, int) and budget < 1:",
+        (SHAPE + "test_a_budget_below_what_the_judge_needs_is_refused_before_any_world",)),
+    Bug("the summary's column says steps, not what it counts", "rpc_harness/apps/cli.py",
+        'header = ("scenario", "world", "faults", "optimizer steps", "outcome metric",',
+        'header = ("scenario", "world", "faults", "steps", "outcome metric",',
+        (UC + "test_the_summary_counts_optimizer_steps_not_the_steps_budget",)),
+    Bug("a duplicate fault is accepted", "rpc_harness/faults.py",
+        "earlier = first.setdefault((fault.kind, fault.target, fault.point, fault.hit), index)",
+        "earlier = first.setdefault((fault.kind, fault.target, fault.point, fault.hit, index), index)",
+        (UF + "test_a_duplicate_fault_is_refused_naming_both",)),
+    Bug("an empty --faults drops the fault checks", "rpc_harness/apps/cli.py",
+        "    if args.faults is not None and not args.faults:", "    if args.faults is None and not args.faults:",
+        (UC + "test_bad_input_exits_2_naming_the_problem",)),
+    Bug("a nan row of an ok world is not explained", "rpc_harness/apps/cli.py",
+        "        if math.isnan(r.metric):", "        if math.isnan(r.metric) and not r.ok:",
+        (UC + "test_a_nan_row_says_why_and_what_its_ok_rests_on",)),
+    Bug("messages echo input in full", "rpc_harness/errors.py",
+        "ECHO_LIMIT = 80", "ECHO_LIMIT = 1_000_000",
+        (UF + "test_a_long_plan_is_cut_in_its_error", UC + "test_long_input_is_cut_in_the_message",
+         "tests/unit/test_launcher.py::test_a_long_isolation_setting_is_cut_in_its_error")),
+    Bug("5,000 digits called 'not a valid int'", "rpc_harness/options.py",
+        "if digits.isascii() and digits.isdigit() and limit and len(digits) > limit:",
+        "if digits.isascii() and digits.isdigit() and limit and len(digits) > 2 * limit:",
+        (UC + "test_long_input_is_cut_in_the_message",)),
+    Bug("an int too long to repr breaks the message naming the door", "rpc_harness/errors.py",
+        "        except ValueError:  # more digits than Python converts",
+        "        except OverflowError:  # more digits than Python converts",
+        (OPT + "test_an_option_too_long_to_show_is_cut_and_named",)),
+    Bug("run -n 0 is refused only after torch is imported", "rpc_harness/apps/cli.py",
+        "    check_run_input(args)  # what needs no scenario", "    # check_run_input(args)  # what needs no scenario",
+        (WC + "test_run_refuses_bad_input_before_importing_torch",)),
 )
 
 
