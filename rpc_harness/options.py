@@ -133,25 +133,21 @@ _CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 
 def check_devices(value: Any, where: str) -> tuple[str, ...]:
     """The world's devices: ``cpu`` (the default, as ``()``), ``cuda`` (rank
-    r gets ``cuda:(r % device_count)``), or a list of ``cuda:N`` that the
+    r gets ``cuda:(r mod device_count)``), or a list of ``cuda:N`` that the
     ranks take round-robin. Text forms: ``cpu``, ``cuda``, ``cuda:0,cuda:1``."""
     items = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
     if isinstance(items, str) or not isinstance(items, Sequence) or not items or not all(
             isinstance(item, str) for item in items):
-        raise WorldSpecError(f"{where}: invalid devices {value!r}; use cpu, cuda, or a list of cuda:N")
+        raise WorldSpecError(f"{where}: invalid devices {clip(value)}; use cpu, cuda, or a list of cuda:N")
     if list(items) == ["cpu"]:
         return ()
     if list(items) == ["cuda"]:
         return ("cuda",)
     bad = [item for item in items if not _CUDA_INDEX.fullmatch(item)]
     if bad:
-        raise WorldSpecError(f"{where}: invalid devices {clip_text(', '.join(map(repr, bad)))}; use cpu, cuda, "
+        raise WorldSpecError(f"{where}: invalid devices {clip(', '.join(bad))}; use cpu, cuda, "
                              "or a list of cuda:N (cpu and cuda stand alone)")
     return tuple(items)
-
-
-def clip_text(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def check_schedule(value: Any, where: str) -> str:
