@@ -8,7 +8,10 @@ Where torch lets Python see an RPC, measured on torch 2.13:
   ``remote``. RRef proxies (``rref.rpc_sync().method(...)``) reach them
   through references torch's C++ takes when RPC starts, so the wrappers must
   be in place before ``init_rpc``; ``rref_proxy`` keeps its own reference to
-  ``rpc_async`` and compares against it, so that one is replaced too.
+  ``rpc_async`` and compares against it, so that one is replaced too. A
+  proxy's call is named by its RRef's type, which torch fetches first
+  (``PyRRef._get_type``, wrapped to keep every fetch: first calls made at
+  once each start one, and the RRef caches only one of them).
 - Served: ``torch.distributed.rpc.internal._run_function`` runs every Python
   function a peer asks for (calls, ``remote`` constructions, proxies,
   ``@async_execution`` functions), also captured by C++ at ``init_rpc``. An
@@ -47,6 +50,11 @@ _watch: _Watch | None = None  # this rank's, once start() ran
 _originals: dict[str, Callable[..., Any]] = {}  # torch's rpc_sync, rpc_async, remote
 # The types of the objects this rank's remote(to, SomeClass) calls made, by RRef.
 _remote_types: dict[str, type] = {}
+# The type fetches this rank's RRefs started, by RRef. Proxies' first calls
+# made at once each start one, and torch caches whichever ends its call last:
+# a call whose own fetch is done may find the cached one still under way.
+_type_fetches: dict[str, list[Any]] = {}
+_type_fetches_lock = threading.Lock()
 # Set on a thread serving a proxy method sent as the function: the owner's
 # call to itself inside it is torch's plumbing, not an RPC the program issued.
 _serving_proxy_method = threading.local()
@@ -75,6 +83,9 @@ def install() -> None:
     local_value = torch._C._distributed_rpc.PyRRef.local_value
     if not getattr(local_value, _MARK, False):
         torch._C._distributed_rpc.PyRRef.local_value = _local_value_wrapper(local_value)
+    get_type = torch._C._distributed_rpc.PyRRef._get_type
+    if not getattr(get_type, _MARK, False):
+        torch._C._distributed_rpc.PyRRef._get_type = _type_wrapper(get_type)
     _gate.install()
 
 
@@ -160,12 +171,20 @@ def _is_rref(value: Any) -> bool:
 
 
 def _rref_type(rref: Any) -> Any:
-    # When a proxy's call is issued torch has fetched the type already and
-    # the RRef caches it: no RPC here.
+    # When a proxy's call is issued torch has fetched the type already: no
+    # RPC here. The RRef caches one fetch, not necessarily the call's own
+    # (see _type_fetches), so any fetch that is done answers.
     found = rref._get_type(blocking=False)
     if isinstance(found, type):
         return found
-    return found.wait() if found.done() else None
+    if found.done():
+        return found.wait()
+    with _type_fetches_lock:
+        fetches = list(_type_fetches.get(str(rref), ()))
+    for fetch in fetches:
+        if fetch.done() and _error_of(fetch) is None:
+            return fetch.wait()
+    return None
 
 
 # -- the wrappers ---------------------------------------------------------------------
@@ -202,6 +221,21 @@ def _fetch_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self, timeout)
 
     return _like(to_here, original)
+
+
+def _type_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
+
+    def _get_type(self: Any, timeout: float = UNSET_RPC_TIMEOUT, blocking: bool = True) -> Any:
+        found = original(self, timeout, blocking)
+        if not isinstance(found, type):  # a fetch: kept, since torch may cache another in its place
+            with _type_fetches_lock:
+                fetches = _type_fetches.setdefault(str(self), [])
+                if not any(fetch is found for fetch in fetches):
+                    fetches.append(found)
+        return found
+
+    return _like(_get_type, original)
 
 
 def _local_value_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:

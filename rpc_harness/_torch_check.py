@@ -310,7 +310,7 @@ PIECES: tuple[Piece, ...] = (
           _named_tuple("torch.distributed.rpc.internal.PythonUDF", "func", "args", "kwargs")),
     Piece("torch.distributed.rpc.internal.RemoteException", "a served call's failure on the timeline",
           _named_tuple("torch.distributed.rpc.internal.RemoteException", "msg")),
-    Piece("torch._C._distributed_rpc.PyRRef", "to_here and local_value are wrapped (message faults, schedules)",
+    Piece("torch._C._distributed_rpc.PyRRef", "to_here, local_value (message faults, schedules) and _get_type (naming proxies' calls) are wrapped",
           lambda: _attributes("torch._C._distributed_rpc.PyRRef", "to_here", "local_value", "_get_type",
                               "_get_future", "is_owner")),
     Piece("torch.distributed.rpc.TensorPipeRpcBackendOptions(_transports=, _channels=)",

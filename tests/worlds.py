@@ -527,3 +527,50 @@ def record_channel_requests(rank, world_size, folder):
 
 def device_of(ctx):
     return str(ctx.device)
+
+
+class Counter:
+    """What the proxies' calls reach: counts them, under a lock (they come
+    from many threads at once)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.calls = 0
+
+    def inc(self):
+        with self.lock:
+            self.calls += 1
+        return self.calls
+
+
+def new_counter():
+    """An RRef the serving rank owns: the caller did not make it by
+    ``remote(to, Counter)``, so it learns its type only from torch."""
+    return rpc.RRef(Counter())
+
+
+def proxies_first_called_from_threads(ctx, rounds, threads):
+    """Rank 0, in each round, takes a fresh RRef from rank 1 and calls it
+    through its proxy from ``threads`` threads released together: every
+    call is a proxy's first, each racing the others' fetch of the type.
+    Even rounds call through ``rpc_sync()``, odd ones through ``rpc_async()``."""
+    if ctx.rank != 0:
+        return None
+    peer = ctx.names[1]
+    for round_ in range(rounds):
+        rref = rpc.rpc_sync(peer, new_counter)
+        barrier = threading.Barrier(threads)
+
+        def call(rref=rref, barrier=barrier, sync=round_ % 2 == 0):
+            barrier.wait()
+            if sync:
+                rref.rpc_sync().inc()
+            else:
+                rref.rpc_async().inc().wait()
+
+        workers = [threading.Thread(target=call) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    return rounds * threads

@@ -9,6 +9,7 @@ import re
 
 import pytest
 import torch.distributed.rpc as rpc
+import worlds
 from programs import echo, torch_examples, tutorial_ps, tutorial_rl
 
 import rpc_harness
@@ -76,6 +77,22 @@ def test_rref_proxy_calls_are_failpoints_and_spans(rpc_world):
     served = {b["func"] for b, _ in spans(result, "ps")}
     assert "BatchUpdateParameterServer.get_model" in served
     assert "BatchUpdateParameterServer.update_and_fetch_model" in served
+
+
+def test_rref_proxies_first_called_from_many_threads_at_once_are_named_by_their_type_every_time(rpc_world):
+    # Issue 28: torch's first calls of a proxy each fetch the RRef's type and
+    # cache it, racing one another; a call named by a type fetch still under
+    # way was "RRef.inc", so its failpoint's count varied for the same seed.
+    # 12 rounds of 8 first calls released by a barrier, through rpc_sync()
+    # and rpc_async() in turn: every one must count, in every run.
+    rounds, threads = 12, 8
+    fault = "kill:worker0@rpc.call:Counter.inc#100000?"  # aimed at rank 0: it counts every failpoint
+    for _ in range(3):
+        result = rpc_world.run(worlds.proxies_first_called_from_threads, world_size=2, args=(rounds, threads),
+                               faults=fault)
+        hits = result[0].hits
+        assert hits.get("rpc.call:Counter.inc") == rounds * threads, hits
+        assert not [name for name in hits if name.startswith("rpc.call:RRef.")], hits
 
 
 def test_message_faults_on_a_program_are_counted(rpc_world):
