@@ -1,10 +1,19 @@
 """Functions named so that any rank can import them: a world's entry or
-program, its setup code. Checked in the parent, before any process starts."""
+program, its setup code. Checked in the parent, before any process starts.
+
+A function is named ``package.module:function``, or, when it is defined in
+a script (``python train.py``: its module is ``__main__``), by the script's
+path, ``/abs/path/train.py:function``: ranks load the script by path, as
+multiprocessing's children do, and so does any replay line, in any process
+(``__main__:function`` would name whatever ``__main__`` the replaying
+process has).
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,16 +31,23 @@ class EntryRef:
     main_file: str | None = None  # set when the function lives in a script's __main__
 
     def __str__(self) -> str:
-        return f"{self.module}:{self.qualname}"
+        return f"{self.main_file or self.module}:{self.qualname}"
 
     @classmethod
     def of(cls, entry: Callable[..., Any] | str, *, where: str = "entry") -> EntryRef:
         """Check that ``entry`` can be imported again by name in another process."""
         if isinstance(entry, str):
-            module, sep, qualname = entry.partition(":")
+            module, sep, qualname = entry.rpartition(":")  # a script's path may hold a colon, a name cannot
             if not sep or not module or not qualname:
-                raise WorldSpecError(f"{where}: {clip(entry)} is not of the form 'package.module:function'")
-            ref = cls(module, qualname)
+                raise WorldSpecError(
+                    f"{where}: {clip(entry)} is not of the form 'package.module:function' (or 'path/script.py:function')")
+            if module.endswith(".py") or "/" in module:  # no module name holds a slash
+                path = os.path.abspath(module)
+                if not os.path.isfile(path):
+                    raise WorldSpecError(f"{where}: {clip(entry)} names the script {clip(path)}, which is not a file")
+                ref = cls("__main__", qualname, path)
+            else:
+                ref = cls(module, qualname)
             ref.load(where=where)
             return ref
         if not callable(entry):

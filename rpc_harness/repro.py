@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
 PREFIX = "rpch"
 VERSION = 1
 SEED_FLAG = "--rpc-seed"  # the pytest plugin's session seed
-_ENTRY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$")
+# package.module:function, or /abs/path/script.py:function (a script's: see rpc_harness.entry)
+_ENTRY_RE = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_.]*|/[^\x00\n]*):[A-Za-z_][A-Za-z0-9_.]*$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")
 _SCENARIO_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -321,7 +322,7 @@ def _from_fields(data: Any) -> Repro:
                 raise ReplayError(str(error)) from None
     seed = options.pop("seed")
     scenario = _text(data, "s", _SCENARIO_RE, "a scenario name")
-    entry = _text(data, "e", _ENTRY_RE, "'package.module:function'")
+    entry = _text(data, "e", _ENTRY_RE, "'package.module:function' or '/path/script.py:function'")
     if (scenario is None) == (entry is None):
         raise ReplayError("repro token names neither a scenario nor an entry (or both)")
     kind = data.get("k")

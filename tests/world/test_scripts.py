@@ -28,3 +28,46 @@ def test_a_script_that_starts_a_world_without_a_main_guard_is_told_to_add_one(tm
     assert raised and set(raised) <= {"0", "1"}, done.stderr
     assert "`if __name__ == '__main__':`" in done.stderr
 
+
+
+FAILS = """
+import rpc_harness
+
+def boom(ctx, n):
+    if ctx.rank == 1:
+        raise RuntimeError(f"boom {n}")
+
+if __name__ == "__main__":
+    found = rpc_harness.explore(boom, 2, args=(3,), schedules=1)
+    print("\\n".join(found.summary()))
+    rpc_harness.run_world(boom, world_size=2, args=(3,))
+"""
+
+
+def test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere(tmp_path):
+    # Issue 28: a function of a script run as `python script.py` lives in its
+    # __main__, and the lines named it `__main__:boom`, which any other
+    # process (a Python prompt, rpc-harness replay) found no function in.
+    (tmp_path / "here").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = tmp_path / "here" / "script.py"
+    script.write_text(FAILS)
+    done = subprocess.run([sys.executable, str(script)], cwd=script.parent, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1 and "raised RuntimeError: boom 3" in done.stderr, done.stderr
+    token = re.search(r"^Replay: rpc-harness replay (rpch1_\S+)$", done.stdout, re.MULTILINE)
+    line = re.search(r"^Replay: (rpc_harness\.run_world\(.*\))$", done.stderr, re.MULTILINE)
+    assert token and line, (done.stdout, done.stderr)
+
+    python = subprocess.run([sys.executable, "-c", f"import rpc_harness; {line.group(1)}"], cwd=elsewhere,
+                            capture_output=True, text=True, timeout=300)
+    assert python.returncode == 1
+    assert "rank 1 (worker1): raised RuntimeError: boom 3" in python.stderr, python.stderr
+
+    replay = subprocess.run([sys.executable, "-m", "rpc_harness", "replay", token.group(1)], cwd=elsewhere,
+                            capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert "rank 1 (worker1): raised RuntimeError: boom 3" in replay.stdout
+    assert "replay: the failure reproduced" in replay.stdout
+    assert f"{script}:boom" in line.group(1), "named by the script's path"
