@@ -1,0 +1,33 @@
+"""Every example of the README and the docs runs as printed (issue 28): the
+blocks marked as tests run in one pytest session, in a fresh process, beside
+the modules they import; the scripts run as ``python NAME.py`` from the same
+folder. How blocks are marked: tests/doc_examples.py."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import doc_examples
+import pytest
+
+
+def count_tests(code):
+    return sum(isinstance(node, ast.FunctionDef) and node.name.startswith("test") for node in ast.parse(code).body)
+
+
+@pytest.mark.long
+def test_every_example_of_the_readme_and_the_docs_runs_as_printed(pytester):
+    found, problems = doc_examples.files()
+    assert not problems, "\n".join(problems)
+    for name, (_, code) in found.items():
+        (pytester.path / name).write_text(code)
+    tests = sorted(name for name, (kind, _) in found.items() if kind == "test")
+    expected = sum(count_tests(found[name][1]) for name in tests)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *tests, timeout=300)
+    assert result.ret == 0 and result.parseoutcomes().get("passed") == expected, result.stdout.str()
+    for name in sorted(name for name, (kind, _) in found.items() if kind == "script"):
+        done = subprocess.run([sys.executable, name], cwd=pytester.path, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, f"{name}:\n{done.stdout}\n{done.stderr}"
