@@ -164,6 +164,9 @@ class FaultKind:
     at_failpoint: bool = True  # False: it acts on every send of a message type, and takes no #HIT
     repeats: bool = False  # without #HIT: fire on every hit (True) or on the first only
     ends_rank: bool = False  # the world expects the rank dead once it fired
+    # It fires as an error, which a program can lose in a future it never
+    # waits on: a world that then hangs names the last one (see WorldResult).
+    raises: bool = False
     faulty_agent: bool = False  # runs inside torch's FaultyTensorPipe agent
     message_types: tuple[str, ...] = ()  # a message kind's allowed types
     under_torchrun: bool = True  # torchrun tears a job down when a worker dies or hangs
@@ -172,7 +175,7 @@ class FaultKind:
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("delay", "sleep ARG seconds at every hit", _duration("delay"), repeats=True),
     FaultKind("kill", "SIGKILL the rank", _no_argument("kill"), ends_rank=True, under_torchrun=False),
-    FaultKind("raise", "raise rpc_harness.InjectedFault (ARG: its message)", _message("raise")),
+    FaultKind("raise", "raise rpc_harness.InjectedFault (ARG: its message)", _message("raise"), raises=True),
     FaultKind("hang", "block forever", _no_argument("hang"), under_torchrun=False),
     FaultKind("freeze", "SIGSTOP the rank; the harness kills it once the others are done",
               _no_argument("freeze"), ends_rank=True, under_torchrun=False),

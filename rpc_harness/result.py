@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import FaultFired, faults_fired, last_hits
-from .faults import FaultPlan
+from .faults import FAULT_KINDS, FaultPlan
 from .schedule import Step, digest
 
 # A rank's fate. Only the FAILED ones make a world fail.
@@ -172,6 +172,14 @@ class WorldResult:
         (a message fault's record is one failed or delayed send)."""
         return sorted((fired for r in self.ranks for fired in r.fired_faults()), key=lambda fired: fired.t)
 
+    def last_injected_error(self) -> FaultFired | None:
+        """The last fault that fired as an error (``raise``), or None. In a
+        world that hung it is often why: an error lost in a future nobody
+        waited on (``rpc_async`` fired and forgotten) leaves no other trace
+        but a hang and a line in one rank's output."""
+        errors = [fired for fired in self.fired_faults() if FAULT_KINDS[fired.kind].raises]
+        return errors[-1] if errors else None
+
     def fault_counts(self) -> dict[str, int]:
         """How often each fault of the plan fired (a send failed or delayed
         counts once), by the fault's text form."""
@@ -235,7 +243,7 @@ class WorldResult:
                     f"within the bring-up budget of {self.bringup:g}s (the deadline counts from when all have)")
         elif self.timed_out:
             head = (f"rpc world hung: deadline of {self.deadline:g}s passed "
-                    "(counted from when every rank had joined)")
+                    "(counted from when every rank had joined)") + self._lost_error()
         elif self.failures:
             head = f"rpc world failed: {len(self.failures)} of {self.world_size} ranks failed"
         elif self.problems:
@@ -246,6 +254,14 @@ class WorldResult:
             head = f"rpc world ok in {self.duration:.2f}s"
         return f"{head} ({what})"
 
+
+    def _lost_error(self) -> str:
+        """For a hang: the injected error seen last, which may never have
+        reached code that would have reported it."""
+        fired = self.last_injected_error()
+        if fired is None:
+            return ""
+        return f"; last injected error: {fired.fault} in {self.ranks[fired.rank].label} on hit {fired.hit}"
 
     def _problem_kind(self) -> str:
         first = self.problems[0]
