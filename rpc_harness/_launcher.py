@@ -174,6 +174,7 @@ def run_world(
     schedule: str | None = None,
     devices: Sequence[str] | str | None = None,
     setup: Callable[[], Any] | str | None = None,
+    expect: str | None = None,
     repro: str = "",
     check: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
@@ -217,6 +218,7 @@ def spawn(
     schedule: str | None = None,
     devices: Sequence[str] | str | None = None,
     setup: Callable[[], Any] | str | None = None,
+    expect: str | None = None,
     repro: str = "",
     check: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
@@ -226,7 +228,10 @@ def spawn(
     ``rpc.init_rpc(name, rank=..., world_size=...)`` and ``rpc.shutdown()``
     itself. The program's own names are its workers' names, which the fault
     plan aims at (``names`` says them in advance, so that the plan is checked
-    before any process starts). Everything else is as :func:`run_world`.
+    before any process starts). A planned kill that no surviving rank ran its
+    own part of the program past (see :data:`rpc_harness.result.UNFINISHED`)
+    fails the world unless ``expect="unfinished"``. Everything else is as
+    :func:`run_world`.
     """
     __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
     spec = make_spec(fn, nprocs, names=names, args=args, kwargs=kwargs, repro=repro, spawned=True,

@@ -428,6 +428,8 @@ class Supervisor:
             # Only a world that ran its course can say a fault never fired:
             # one stopped early never gave the others their chance.
             problems += _tally.unfired(plan, self.outcomes)
+            if self.spec.spawned and self.spec.options.expect != "unfinished":
+                problems += _unfinished(self.outcomes)
         schedule, schedule_note = [], ""
         if self.link is not None:
             scheduler = self.link.scheduler
@@ -455,6 +457,37 @@ class Supervisor:
             fuzz=self.spec.options.fuzz or 0.0,
             devices=self.spec.device_note,
         )
+
+
+def _unfinished(outcomes: list[RankOutcome]) -> list[str]:
+    """The problem of a planned kill that the program never got past (see
+    ``result.UNFINISHED``), or none."""
+    killed = [o for o in outcomes if o.status == R.KILLED]
+    if not killed or any(o.status == R.OK and _called_from_its_code(o) for o in outcomes):
+        return []
+    survivors = [o for o in outcomes if o.status != R.KILLED]
+    served = [o.label for o in survivors if o.status == R.OK]
+    others = [o.describe() for o in survivors if o.status != R.OK]
+    how = [f"{', '.join(served)} only served (init_rpc, then its own rpc.shutdown()) and returned once the "
+           "kill let them"] if served else []
+    return [f"{R.UNFINISHED} {', '.join(o.label for o in killed)}: no surviving rank called a peer from its own "
+            f"code and returned normally ({'; '.join(how + others)}). If this kill may end the program, say so: "
+            "expect='unfinished'"]
+
+
+def _called_from_its_code(outcome: RankOutcome) -> bool:
+    """Whether a rank's own code, in the thread that called init_rpc and
+    before its shutdown, issued an RPC: it ran a part of the program, not
+    only the handlers its peers called."""
+    start = next((e for e in outcome.events if e.get("kind") == "entry_start"), None)
+    if start is None:
+        return False
+    for event in outcome.events:
+        if event.get("kind") == "entry_done":
+            return False
+        if event.get("kind") == "rpc_begin" and event.get("tid") == start.get("tid"):
+            return True
+    return False
 
 
 def _read_text(path: str) -> str:

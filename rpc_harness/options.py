@@ -156,6 +156,19 @@ def check_schedule(value: Any, where: str) -> str:
     return check(value, where)
 
 
+# What a test may say it expects of a world beyond the defaults (``expect=``).
+EXPECTATIONS = {
+    "unfinished": "a planned kill may end a spawned program: no surviving rank need run its own part past it",
+}
+
+
+def check_expect(value: Any, where: str) -> str:
+    if value not in EXPECTATIONS:
+        raise WorldSpecError(f"{where}: invalid expect {value!r}; use one of: "
+                             + "; ".join(f"{name!r} ({meaning})" for name, meaning in EXPECTATIONS.items()))
+    return value
+
+
 def parse_number(text: str) -> float:
     """A number from the command line or an ini file; its range is the option's check."""
     return float(text)
@@ -275,6 +288,10 @@ class WorldOptions:
         help="a module-level function (or 'package.module:function') that every rank calls with no arguments "
              "before its entry or program: setup that must reach the ranks, which are forked from a forkserver "
              "and see no patch made in the test process")
+    expect: str | None = option(
+        None, check=check_expect, parse=str, marker=True, token="ex",
+        help="what the world may do that would otherwise fail it: 'unfinished' (a planned kill may end a spawned "
+             "program, so that no surviving rank runs its own part of it past the kill)")
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], *, where: str) -> WorldOptions:

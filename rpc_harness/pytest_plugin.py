@@ -338,6 +338,7 @@ class RpcWorld:
         schedule: str | None = None,
         devices: Sequence[str] | str | None = None,
         setup: Callable[[], Any] | str | None = None,
+        expect: str | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:
@@ -371,6 +372,7 @@ class RpcWorld:
         schedule: str | None = None,
         devices: Sequence[str] | str | None = None,
         setup: Callable[[], Any] | str | None = None,
+        expect: str | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> WorldResult:

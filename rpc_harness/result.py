@@ -25,6 +25,14 @@ FAILED = frozenset({RAISED, DIED, HUNG})
 NAMES_MISMATCH = "the program named its workers"
 NEVER_FIRED = "never fired"
 LOST = "message(s) lost"
+# A spawned program's planned kill that no surviving rank ran its own part of
+# the program past: every survivor only served (its code went from init_rpc
+# straight into rpc.shutdown(), and ended when the kill let it), or was
+# stopped or died. The tutorials' observers and trainers are such ranks: the
+# kill of their agent or server leaves every one of them "ok", and nothing
+# of the program done. A survivor that called a peer from its own code and
+# returned normally ran past it (a client that finished its calls).
+UNFINISHED = "the program never got past the planned kill of"
 
 
 @dataclass
@@ -271,6 +279,8 @@ class WorldResult:
             return "its fault plan did not do what it says"
         if LOST in first:
             return "its fault plan lost messages"
+        if first.startswith(UNFINISHED):
+            return "a planned kill ended its program"
         return "see below"
 
 
