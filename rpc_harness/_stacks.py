@@ -11,6 +11,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
+import sysconfig
 
 from . import _stackdump
 
@@ -58,19 +59,108 @@ def annotate_stacks(text: str) -> str:
     return "\n\n".join(blocks)
 
 
+# The harness's own waiting and wrapping in a rank: a program's rpc.shutdown()
+# waiting for the supervisor's word (_lifecycle), a wrapped Future.wait
+# (_gate), the rank's bootstrap (_rank). Not context.py: a failpoint's frame
+# (hang_at_failpoint, failpoint) says where a fault acted.
+HARNESS_FILES = tuple(os.path.join("rpc_harness", name) for name in (
+    "_gate.py", "_lifecycle.py", "_rank.py", "_rpc_hooks.py", "_callpoints.py", "_stackdump.py", "_scheduler.py"))
+FRAMES_ENV = "RPC_HARNESS_FRAMES"  # 1: reports show the harness's own frames too
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_BOOTSTRAP_NOTE = "  (harness bootstrap frames omitted)"
+_THREAD_ID_RE = re.compile(r"^((?:Current thread|Thread) )0x[0-9a-f]+")
+
+
+def show_harness_frames() -> bool:
+    """Whether reports show the harness's own frames (``RPC_HARNESS_FRAMES=1``)."""
+    return os.environ.get(FRAMES_ENV, "").strip() not in ("", "0")
+
+
+def readable_stacks(text: str, *, harness_frames: bool = False) -> tuple[str, int]:
+    """An annotated dump for a report: the harness's own frames left out
+    (unless ``harness_frames``), threads whose stacks are alike shown once.
+    Returns the text and how many frames were left out."""
+    blocks, hidden, seen = [], 0, {}
+    for block in text.strip().split("\n\n") if text.strip() else []:
+        lines = block.splitlines()
+        if not harness_frames:
+            lines, dropped = _without_harness_frames(lines)
+            hidden += dropped
+            if len(lines) <= 1:  # a thread only the harness had frames in
+                continue
+        key = _THREAD_ID_RE.sub(r"\1", "\n".join(lines))
+        if key in seen:
+            seen[key][1] += 1
+            continue
+        seen[key] = [len(blocks), 0]
+        blocks.append(lines)
+    for index, alike in seen.values():
+        if alike:
+            blocks[index].append(f"  (and {alike} more thread(s) with this stack)")
+    return "\n\n".join("\n".join(lines) for lines in blocks), hidden
+
+
+def same_stacks(a: str, b: str) -> bool:
+    """Whether two dumps are alike but for their threads' ids."""
+    return [_THREAD_ID_RE.sub(r"\1", line) for line in a.splitlines()] == [
+        _THREAD_ID_RE.sub(r"\1", line) for line in b.splitlines()]
+
+
+def _without_harness_frames(lines: list[str]) -> tuple[list[str], int]:
+    """One thread's lines (its header, frames, their source lines) without
+    the harness's frames, nor the standard library's frames that the
+    harness's own waiting called (a pipe's recv under its shutdown)."""
+    header, frames = lines[:1], _frames(lines[1:])
+    # The innermost frames down to the last harness frame among those of the
+    # harness and the standard library: the harness waiting, not the program.
+    top = 0
+    for index, (file, _) in enumerate(frames):
+        if file is None or not (_is_harness(file) or file.startswith(_STDLIB)):
+            break
+        if _is_harness(file):
+            top = index + 1
+    kept = [frame for file, frame in frames[top:] if file is None or not _is_harness(file)]
+    kept = [[line for line in frame if line != _BOOTSTRAP_NOTE] for frame in kept]
+    dropped = top + sum(1 for file, _ in frames[top:] if file is not None and _is_harness(file))
+    return header + [line for frame in kept for line in frame], dropped
+
+
+def _frames(lines: list[str]) -> list[tuple[str | None, list[str]]]:
+    """A thread's frames, each (its file, its lines: the frame and its source)."""
+    frames: list[tuple[str | None, list[str]]] = []
+    for line in lines:
+        match = _FRAME_RE.match(line)
+        if match or not frames:
+            frames.append((match["file"] if match else None, [line]))
+        else:
+            frames[-1][1].append(line)
+    return frames
+
+
+def _is_harness(file: str) -> bool:
+    return file.endswith(HARNESS_FILES)
+
+
 _TRACEBACK_FRAME_RE = re.compile(r'^  File "(?P<file>[^"]+)", line \d+, in ')
 
 
 def hide_hook_frames(text: str) -> str:
     """A Python traceback without the frames of the harness's RPC wrappers
     (each a ``File`` line and the indented lines under it)."""
-    out, skipping = [], False
+    return hide_traceback_frames(text, (_HOOKS_FILE,))[0]
+
+
+def hide_traceback_frames(text: str, files: tuple[str, ...] = HARNESS_FILES) -> tuple[str, int]:
+    """A Python traceback without the frames of ``files`` (each a ``File``
+    line and the indented lines under it), and how many were left out."""
+    out, skipping, hidden = [], False, 0
     for line in text.splitlines(keepends=True):
         match = _TRACEBACK_FRAME_RE.match(line)
         if match:
-            skipping = match["file"].endswith(_HOOKS_FILE)
+            skipping = match["file"].endswith(files)
+            hidden += skipping
         elif not line.startswith("    "):
             skipping = False
         if not skipping:
             out.append(line)
-    return "".join(out)
+    return "".join(out), hidden

@@ -442,13 +442,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     # Only failed worlds, and only the last few: a Hypothesis test runs many,
     # and the final, shrunk example is the one that matters.
     failed = [(index, result) for index, result in enumerate(results) if not result.ok]
+    raised = getattr(call.excinfo.value, "result", None) if call.excinfo is not None else None
     for index, result in failed[-_MAX_WORLD_SECTIONS:]:
         prefix = f"rpc world {index} " if len(results) > 1 else "rpc "
         for rank in result.ranks:
             text = rank.output.rstrip()
-            if rank.stacks:
+            # The failure's own message (WorldFailed: the world's report)
+            # holds its stacks already: a section repeats only its output.
+            if rank.stacks and result is not raised:
+                from ._stacks import readable_stacks, show_harness_frames
+
                 when = "at the deadline" if result.timed_out else "when the world was stopped"
-                text += f"\n--- stacks {when}\n{rank.stacks.rstrip()}"
+                stacks = readable_stacks(rank.stacks, harness_frames=show_harness_frames())[0]
+                text += f"\n--- stacks {when}\n{stacks.rstrip()}"
             if text.strip():
                 report.sections.append((f"{prefix}{rank.label} [{rank.status}]", text))
         written = _write_trace(item, index, result)

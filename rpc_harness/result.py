@@ -7,6 +7,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._stacks import (
+    FRAMES_ENV,
+    hide_traceback_frames,
+    readable_stacks,
+    same_stacks,
+    show_harness_frames,
+)
 from .events import FaultFired, faults_fired, last_hits
 from .faults import FAULT_KINDS, FaultPlan
 from .schedule import Step, digest
@@ -202,15 +209,18 @@ class WorldResult:
     def __iter__(self) -> Iterator[RankOutcome]:
         return iter(self.ranks)
 
-    def report(self, *, output_lines: int = 20, replay: bool = True) -> str:
+    def report(self, *, output_lines: int = 20, replay: bool = True, harness_frames: bool | None = None) -> str:
         """A multi-line account of the world, failures first, repro line last
         (``replay=False``: for a caller that prints its own).
-        Ranks that ended alike share a line, and their output is shown once."""
+        Ranks that ended alike share a line, and their output is shown once;
+        a stack that an earlier rank's matches is named, not shown again.
+        The harness's own frames are left out unless ``harness_frames``
+        (None: ``RPC_HARNESS_FRAMES=1`` in the environment)."""
+        stacks = _StackPrinter(self.timed_out, show_harness_frames() if harness_frames is None else harness_frames)
         lines = [self._headline()]
         lines += [f"  {problem}" for problem in self.problems]
         groups = _alike(self.ranks)
         lines += ["  " + _group_line(group) for group in groups]
-        when = "at the deadline" if self.timed_out else "when the world was stopped"
         for group in groups:
             outcome = group[0]
             if not outcome.failed:
@@ -218,19 +228,19 @@ class WorldResult:
             others = f" (and {len(group) - 1} more ranks alike)" if len(group) > 1 else ""
             if outcome.traceback:
                 lines.append(f"--- {outcome.label} traceback{others}")
-                lines.append(outcome.traceback.rstrip())
-            if outcome.stacks:
-                lines.append(f"--- {outcome.label} stacks {when}")
-                lines.append(outcome.stacks.rstrip())
+                lines.append(stacks.traceback(outcome.traceback).rstrip())
+            lines += stacks.section(outcome)
             if outcome.output.strip():
                 tail = outcome.output.rstrip().splitlines()[-output_lines:]
                 lines.append(f"--- {outcome.label} output (last {len(tail)} lines){others}")
                 lines.extend(tail)
         # The ranks that did not fail but were still busy: often why another did.
         for outcome in self.ranks:
-            if not outcome.failed and outcome.stacks:
-                lines.append(f"--- {outcome.label} stacks {when}")
-                lines.append(outcome.stacks.rstrip())
+            if not outcome.failed:
+                lines += stacks.section(outcome)
+        if stacks.hidden:
+            lines.append(f"({stacks.hidden} frames of the harness's own left out: {FRAMES_ENV}=1, or "
+                         "report(harness_frames=True), shows them)")
         if self.repro and replay:
             lines.append(f"Replay: {self.repro}")
         return "\n".join(lines)
@@ -282,6 +292,37 @@ class WorldResult:
         if first.startswith(UNFINISHED):
             return "a planned kill ended its program"
         return "see below"
+
+
+class _StackPrinter:
+    """Stacks and tracebacks for one report: each stack shown once (a rank
+    whose stacks match an earlier rank's says so in one line), the harness's
+    own frames counted as they are left out."""
+
+    def __init__(self, timed_out: bool, harness_frames: bool) -> None:
+        self.when = "at the deadline" if timed_out else "when the world was stopped"
+        self.harness_frames = harness_frames
+        self.shown: list[tuple[str, str]] = []  # (rank label, its stacks as shown)
+        self.hidden = 0
+
+    def traceback(self, text: str) -> str:
+        if self.harness_frames:
+            return text
+        text, hidden = hide_traceback_frames(text)
+        self.hidden += hidden
+        return text
+
+    def section(self, outcome: RankOutcome) -> list[str]:
+        if not outcome.stacks:
+            return []
+        text, hidden = readable_stacks(outcome.stacks, harness_frames=self.harness_frames)
+        self.hidden += hidden
+        header = f"--- {outcome.label} stacks {self.when}"
+        same = next((label for label, earlier in self.shown if same_stacks(text, earlier)), None)
+        if same is not None:
+            return [f"{header}: the same as {same}'s above"]
+        self.shown.append((outcome.label, text))
+        return [header, text.rstrip() or "  (only the harness's own frames: its entry had returned)"]
 
 
 # How a phase reads after "raised X" or "killed by Y".

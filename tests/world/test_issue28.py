@@ -5,8 +5,10 @@ for the reason its name gives."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from programs import dropped_future, echo, tutorial_rl
+from programs import dropped_future, echo, tutorial_ps, tutorial_rl
 
 from rpc_harness import WorldFailed, WorldTimeout
 from rpc_harness.result import UNFINISHED
@@ -56,3 +58,74 @@ def test_3_a_hang_after_an_injected_error_names_that_error_in_its_headline(rpc_w
     assert headline.startswith("rpc world hung"), headline
     assert f"last injected error: {fault} in rank 1 (worker1) on hit 1" in headline, headline
     assert "disk full" in headline, headline
+
+
+# -- 4: a 4-rank kill's report, each stack once and none of the harness's own -----------
+
+KILL_TRAINER = "kill:trainer2@rpc.call:BatchUpdateParameterServer.update_and_fetch_model#3"
+HARNESS_FRAME = re.compile(r"rpc_harness/(_gate|_lifecycle|_rank|_rpc_hooks)\.py")
+
+
+def stack_sections(report):
+    """Each '--- ... stacks ...' section's text, by its header line."""
+    sections, header = {}, None
+    for line in report.splitlines():
+        if line.startswith("--- "):
+            header = line if " stacks " in line else None
+            if header is not None:
+                sections[header] = []
+        elif header is not None and not line.startswith(("Replay:", "(")):
+            sections[header].append(re.sub(r"0x[0-9a-f]+", "0x", line))
+    return {h: "\n".join(lines) for h, lines in sections.items()}
+
+
+@pytest.fixture(scope="module")
+def killed_trainer_world():
+    # The tutorial's batch server waits for every trainer's update: with
+    # trainer2 dead it never answers trainer1 and trainer3, whose stacks are alike.
+    import rpc_harness
+
+    return rpc_harness.spawn(tutorial_ps.run_worker, args=(4,), nprocs=4, faults=KILL_TRAINER, deadline=4,
+                             check=False)
+
+
+def test_4_each_stack_is_shown_once_in_a_kills_report(killed_trainer_world):
+    result = killed_trainer_world
+    assert result.timed_out and result["trainer2"].status == "killed", "precondition"
+    report = result.report()
+    shown = [text for text in stack_sections(report).values() if text]
+    assert len(shown) == len(set(shown)), f"a stack shown twice:\n{report}"
+    assert report.count("in train") == 1, report
+    assert "--- rank 3 (trainer3) stacks at the deadline: the same as rank 1 (trainer1)'s above" in report, report
+
+
+def test_4_the_harnesss_own_frames_are_left_out_unless_asked_for(killed_trainer_world, monkeypatch):
+    monkeypatch.delenv("RPC_HARNESS_FRAMES", raising=False)
+    report = killed_trainer_world.report()
+    assert not HARNESS_FRAME.search(report), report
+    assert "rpc.shutdown()" in report, "the program's own frames stay: trainers wait in their shutdown"
+    assert "frames of the harness's own left out: RPC_HARNESS_FRAMES=1" in report
+    assert HARNESS_FRAME.search(killed_trainer_world.report(harness_frames=True))
+    monkeypatch.setenv("RPC_HARNESS_FRAMES", "1")
+    assert HARNESS_FRAME.search(killed_trainer_world.report())
+
+
+def test_4_a_failed_tests_sections_do_not_repeat_the_stacks_its_message_shows(pytester):
+    pytester.makepyfile(
+        """
+import pytest
+import rpc_harness
+
+def hangs(ctx):
+    rpc_harness.failpoint("demo.step")
+
+@pytest.mark.rpc_world(world_size=2, deadline=2, faults="hang:worker0@demo.step")
+def test_hangs(rpc_world):
+    rpc_world.run(hangs)
+"""
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "rpc rank 0 (worker0) [hung]" in out or "stacks at the deadline" in out, "precondition"
+    assert out.count('rpc_harness.failpoint("demo.step")') == 1, out
