@@ -25,7 +25,7 @@ from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
 from typing import Any
 
-from . import _cuda_fork, _netns, _torch_check, _workdirs
+from . import _cuda_fork, _netns, _stores, _torch_check, _workdirs
 from ._supervisor import Supervisor
 from .errors import WorldFailed, WorldSpecError, WorldTimeout, clip
 from .faults import FaultPlan, uses_faulty_agent
@@ -284,6 +284,7 @@ def launch(
             supervisor.run()
         finally:
             supervisor.kill_all()
+            _stores.remove_made(workdir)
         result = supervisor.collect(spec.repro or python_call(spec))
         if result.schedule and not spec.repro:  # a controlled world's line takes its steps exactly
             result.repro = python_call(replaying(spec, result.schedule))

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.distributed.rpc as rpc
 
-from . import _gate
+from . import _gate, _stores
 from . import _messages as msg
 from .context import EventLog, RankContext
 from .rank_setup import rpc_backend, tensorpipe_options
@@ -111,6 +111,9 @@ class Lifecycle:
         if world_size not in (None, ctx.world_size):
             raise ValueError(f"init_rpc(world_size={world_size}) in a world the harness started with "
                              f"{ctx.world_size} processes (nprocs={ctx.world_size})")
+        # A store of the program's own that an earlier run left behind would
+        # fail the bring-up with no word of why: refused here, by name.
+        _stores.check(getattr(options, "init_method", DEFAULT_INIT_METHOD), ctx.workdir)
         backend, options = self._merged_backend(name, backend, options)
         ctx.take_name(name)  # peers may call this rank before its init_rpc returns
         assert _original_init is not None

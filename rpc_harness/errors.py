@@ -80,6 +80,13 @@ class UsageError(HarnessError, ValueError):
     torchrun variable). The command exits 2 with the message."""
 
 
+class StaleStore(HarnessError, RuntimeError):
+    """A spawned program's own ``file://`` store (its ``init_method``) held
+    a store before its world started: one an earlier run left behind.
+    Raised in every rank, in its ``init_rpc``, before torch reads the file;
+    the message names the file and what is in it."""
+
+
 class MissingExtra(HarnessError, ImportError):
     """A part of rpc-harness needs a package of one of its extras that is not
     installed (the built-in scenarios need ``[scenarios]``, the strategies

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from programs import dropped_future, echo, tutorial_ps, tutorial_rl
+from programs import dropped_future, echo, own_file_store, tutorial_ps, tutorial_rl
 
 from rpc_harness import WorldFailed, WorldTimeout
 from rpc_harness.result import UNFINISHED
@@ -45,6 +45,34 @@ def test_1_a_kill_that_a_survivor_ran_past_is_still_expected(rpc_world):
     result = rpc_world.spawn(echo.run_worker, args=(3,), nprocs=3, faults="kill:worker1@rpc.call:echo#2",
                              deadline=30)
     assert result.ok and [r.status for r in result] == ["ok", "killed", "ok"]
+
+
+# -- 2: a stale file:// store ------------------------------------------------------------
+
+
+def test_2_a_store_an_earlier_run_left_behind_is_named_in_the_error(rpc_world, tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    with monkeypatch.context() as patched:  # a run that never removed its store (killed, or before this fix)
+        patched.setattr("rpc_harness._stores.remove_made", lambda workdir: None)
+        rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30)
+    left = store.read_bytes()
+    assert left, "precondition: the first run left its store behind"
+    with pytest.raises(WorldFailed) as caught:
+        rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30)
+    result = caught.value.result
+    assert [r.status for r in result] == ["raised", "raised"], "every rank refuses it, before its bring-up"
+    assert all(r.error.startswith("StaleStore: ") for r in result), [r.error for r in result]
+    assert f"{store} is a store left behind by an earlier run" in result[0].error
+    assert f"{len(left)} bytes, last written" in result[0].error and "Remove the file" in result[0].error
+    assert store.read_bytes() == left, "the harness does not remove what it did not make"
+
+
+def test_2_a_programs_own_store_goes_with_its_world_so_the_next_run_comes_up(rpc_world, tmp_path):
+    store = tmp_path / "store"
+    for _ in range(2):  # the second is what a replay does
+        result = rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30)
+        assert result.values == [None, 1]
+        assert not store.exists()
 
 
 # -- 3: an error lost in a future nobody waited for -------------------------------------
