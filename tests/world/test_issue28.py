@@ -57,8 +57,8 @@ def test_2_a_store_an_earlier_run_left_behind_is_named_in_the_error(rpc_world, t
         rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30)
     left = store.read_bytes()
     assert left, "precondition: the first run left its store behind"
-    with pytest.raises(WorldFailed) as caught:
-        rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30)
+    with pytest.raises(WorldFailed) as caught:  # unchecked, it would hang in its bring-up: bounded
+        rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30, bringup=20)
     result = caught.value.result
     assert [r.status for r in result] == ["raised", "raised"], "every rank refuses it, before its bring-up"
     assert all(r.error.startswith("StaleStore: ") for r in result), [r.error for r in result]
