@@ -40,6 +40,7 @@ UC = "tests/unit/test_cli.py::"
 UF = "tests/unit/test_faults.py::"
 SHAPE = "tests/unit/test_scenario_shape.py::"
 WC = "tests/world/test_cli.py::"
+I28 = "tests/world/test_issue28.py::"
 
 
 @dataclass(frozen=True)
@@ -561,6 +562,31 @@ BUGS = (
         "found = rpc_harness.explore(races.run_worker, 4, spawn=True, args=(4,), schedules=20)",
         "found = rpc_harness.explore(tutorial_ps.main, 3, spawn=True, args=(3, 2), schedules=20)",
         ("tests/world/test_docs.py::test_every_example_of_the_readme_and_the_docs_runs_as_printed",)),
+    # Issue 28: what the reports did not say.
+    Bug("a survivor that only served counts as past a planned kill", "rpc_harness/_supervisor.py",
+        "any(o.status == R.OK and _called_from_its_code(o) for o in outcomes)",
+        "any(o.status == R.OK for o in outcomes)",
+        (I28 + "test_1_a_planned_kill_that_no_survivor_ran_past_fails_the_world_naming_it",)),
+    Bug("a stale file:// store goes to torch unchecked", "rpc_harness/_lifecycle.py",
+        '        _stores.check(getattr(options, "init_method", DEFAULT_INIT_METHOD), ctx.workdir)\n', "",
+        (I28 + "test_2_a_store_an_earlier_run_left_behind_is_named_in_the_error",)),
+    Bug("a world's own file:// store is left behind", "rpc_harness/_launcher.py",
+        "            _stores.remove_made(workdir)\n", "",
+        (I28 + "test_2_a_programs_own_store_goes_with_its_world_so_the_next_run_comes_up",)),
+    Bug("a hang's headline leaves out the last injected error", "rpc_harness/result.py",
+        '"(counted from when every rank had joined)") + self._lost_error()',
+        '"(counted from when every rank had joined)")',
+        (I28 + "test_3_a_hang_after_an_injected_error_names_that_error_in_its_headline",)),
+    Bug("a rank's stacks alike an earlier rank's are shown again", "rpc_harness/result.py",
+        "same = next((label for label, earlier in self.shown if same_stacks(text, earlier)), None)",
+        "same = None",
+        (I28 + "test_4_each_stack_is_shown_once_in_a_kills_report",)),
+    Bug("a failed test's sections repeat the stacks its message shows", "rpc_harness/pytest_plugin.py",
+        "if rank.stacks and result is not raised:", "if rank.stacks:",
+        (I28 + "test_4_a_failed_tests_sections_do_not_repeat_the_stacks_its_message_shows",)),
+    Bug("reports show the harness's own frames unasked", "rpc_harness/result.py",
+        "show_harness_frames() if harness_frames is None else harness_frames", "True",
+        (I28 + "test_4_the_harnesss_own_frames_are_left_out_unless_asked_for",)),
 )
 
 
