@@ -75,7 +75,9 @@ def gpu_processes() -> dict[int, int] | None:
 def held_by(pids: Iterable[int], processes: dict[int, int] | None = None) -> dict[int, int]:
     """GPU memory each of ``pids`` holds (only those NVML lists)."""
     processes = gpu_processes() if processes is None else processes
-    return {pid: processes[pid] for pid in pids if processes and pid in processes}
+    if processes is None:
+        return {}
+    return {pid: processes[pid] for pid in pids if pid in processes}
 
 
 def describe(held: int) -> str:

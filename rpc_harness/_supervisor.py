@@ -22,7 +22,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from . import _messages as msg
-from . import _stackdump, _tally
+from . import _nvml, _stackdump, _tally
 from . import result as R
 from ._boot import Boot, rank_file
 from ._scheduler import STALL_SECONDS, ScheduleLink
@@ -293,9 +293,18 @@ class Supervisor:
             f"step {len(self.link.scheduler.steps)} on" + ("\n" + "\n".join(stacks) if stacks else ""))
 
     # -- bring down -------------------------------------------------------------
+    def _note_gpu_memory(self) -> None:
+        """As a world fails, before its ranks are stopped: the GPU memory
+        each one still running holds, where NVML lists it (a query of a few
+        milliseconds; nothing on a machine without NVIDIA's driver)."""
+        pids = {self.procs[rank].pid: rank for rank in self.running}
+        for pid, held in _nvml.held_by(pids).items():
+            self.outcomes[pids[pid]].gpu_memory = held
+
     def _on_budget(self, budget: str) -> None:
         self.timed_out = True
         self.budget = budget
+        self._note_gpu_memory()
         alive = sorted(self.running)
         self._dump_stacks(alive)
         for rank in alive:
@@ -304,6 +313,7 @@ class Supervisor:
         self.kill_all()
 
     def _stop_survivors(self) -> None:
+        self._note_gpu_memory()
         # Survivors keep the STOPPED status they started with: not failures.
         # Any of them may be why another rank failed (a peer stuck on a lock,
         # a server waiting on them, a passive rank inside its own shutdown

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _nvml
 from ._stacks import (
     FRAMES_ENV,
     hide_traceback_frames,
@@ -59,6 +60,7 @@ class RankOutcome:
     events: list[dict] = field(default_factory=list)
     phase: str = "starting"  # the last phase it was seen in: starting, entry, shutdown, done
     progress: tuple[int, int, str] | None = None  # its last report: (done, total, unit)
+    gpu_memory: int | None = None  # bytes of GPU memory it held as its world failed, where NVML said
 
     @property
     def failed(self) -> bool:
@@ -102,6 +104,8 @@ class RankOutcome:
                 how = f"{_signal_cause(self.signal)} {when}{self._where()}; the fault plan did not kill it"
             else:
                 how = f"exited with code {self.exitcode} {when}{self._where()} without reporting a result"
+        if self.gpu_memory:
+            how += f"; it held {_nvml.describe(self.gpu_memory)} of GPU memory"
         return f"{self.label}: {how}"
 
     def _where(self) -> str:

@@ -10,6 +10,7 @@ import torch
 import worlds
 from programs import cuda_rpc
 
+import rpc_harness
 from rpc_harness.errors import WorldFailed
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -57,3 +58,24 @@ def test_a_rank_knows_its_device_and_a_cpu_world_is_on_the_cpu(rpc_world):
     result = rpc_world.run(worlds.device_of, world_size=2)
     assert result.values == ["cpu", "cpu"]
     assert "devices=" not in result.report(), "a CPU world's headline says nothing of devices"
+
+
+class _EveryPidHoldsOneGiB(dict):
+    """NVML as a GPU machine would answer: every process holds 1 GiB."""
+
+    def __contains__(self, pid):
+        return True
+
+    def __getitem__(self, pid):
+        return 2**30
+
+
+def test_a_failed_worlds_report_says_how_much_gpu_memory_each_rank_held(monkeypatch):
+    # NVML is asked in the supervisor, which runs in this process.
+    monkeypatch.setattr("rpc_harness._nvml.gpu_processes", _EveryPidHoldsOneGiB)
+    result = rpc_harness.run_world(worlds.rank2_raises, world_size=3, check=False)
+    assert not result.ok
+    lines = result.report().splitlines()
+    held = [line for line in lines if line.endswith("it held 1.0 GiB of GPU memory")]
+    # The two ranks still asleep when rank 2 raised were running as the world failed.
+    assert {line.split(":")[0].strip() for line in held} >= {"rank 0 (worker0)", "rank 1 (worker1)"}, lines[:5]
