@@ -105,9 +105,9 @@ def _mp_context() -> Any:
     extra = [m.strip() for m in os.environ.get("RPC_HARNESS_PRELOAD", "").split(",") if m.strip()]
     # Read by rpc_harness._preload in the forkserver, which inherits this
     # environment when the first world of the process starts it.
-    os.environ[PRELOAD_ENV] = json.dumps({"sys_path": list(sys.path), "modules": _PRELOAD + extra,
-                                          "base": list(BASE_PRELOAD), "asserts": _asserts,
-                                          "cuda_report": cuda_report()})
+    os.environ[PRELOAD_ENV] = json.dumps({"parent": os.getpid(), "sys_path": list(sys.path),
+                                          "modules": _PRELOAD + extra, "base": list(BASE_PRELOAD),
+                                          "asserts": _asserts, "cuda_report": cuda_report()})
     ctx.set_forkserver_preload(["rpc_harness._preload"])
     return ctx
 
@@ -256,10 +256,17 @@ def launch(
     *,
     keep_workdir: bool = False,
     on_progress: Callable[[Progress], None] | None = None,
+    on_interrupted: Callable[[WorldResult], None] | None = None,
 ) -> WorldResult:
     """Run one world described by a validated spec; always returns a result
-    (unless ``on_progress`` raises: then every rank is killed and the error
-    goes on). The world's folder is removed whatever happens."""
+    (unless something from outside the world raises inside it: ``on_progress``,
+    a test timeout's signal handler; then every rank is killed and the error
+    goes on). The world's folder is removed whatever happens.
+
+    ``on_interrupted`` is then called first with the world's result: every
+    rank's stacks when it was stopped, and its replay line, for a report the
+    error alone would not give (pytest-timeout's shows the parent's stacks
+    only). Not for KeyboardInterrupt (Ctrl-C, SIGTERM): that one wants out now."""
     if multiprocessing.current_process().daemon:
         # Every rank imports the script that started the world, as any
         # multiprocessing child does; unguarded, the script starts a world
@@ -282,6 +289,13 @@ def launch(
                                 master_port=_free_port() if spec.spawned else 0, netns=netns, isolation=isolation)
         try:
             supervisor.run()
+        except BaseException as error:
+            if on_interrupted is None or isinstance(error, KeyboardInterrupt):
+                raise
+            supervisor.interrupted(error)
+            supervisor.kill_all()
+            on_interrupted(supervisor.collect(spec.repro or python_call(spec)))
+            raise
         finally:
             supervisor.kill_all()
             _stores.remove_made(workdir)

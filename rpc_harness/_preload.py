@@ -19,17 +19,55 @@ hook, installed after the harness's own.
 No module may initialize CUDA here (``rpc_harness._cuda_fork``): one that
 asks for it is refused, dropped, imported by the ranks themselves, and
 named to the parent.
+
+The forkserver ends when its parent does, but only from its main loop,
+which starts after these imports: a parent that ended during them (a test
+timeout or Ctrl-C while the first world came up) left it importing for 5 to
+60 s more on a loaded machine (issue 28). So a thread watches the parent
+while they run. And a parent killed outright (SIGKILL, or xdist killing a
+worker that was slow to stop) leaves its folders behind (its ``pymp-*``,
+its worlds' ``rpc-world-*``): the forkserver, which outlives it, sweeps
+them as it ends, rather than the next session's first world.
 """
 
+import atexit
 import importlib
 import json
 import os
 import sys
+import threading
 
 from ._cuda_fork import PreloadWatch, write_culprits
 from ._launcher import PRELOAD_ENV
+from ._workdirs import sweep
 
 _spec = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
+_parent = _spec.get("parent", os.getppid())
+_PARENT_POLL = 0.1  # seconds; a parent gone is noticed within this
+
+
+def _parent_gone() -> bool:
+    return os.getppid() != _parent  # an orphan is the child of init, or of a subreaper
+
+
+def _sweep_if_orphaned() -> None:
+    if _parent_gone():
+        sweep()
+
+
+def _watch_parent(done: threading.Event) -> None:
+    while not done.wait(_PARENT_POLL):
+        if _parent_gone():
+            _sweep_if_orphaned()
+            os._exit(0)  # the import under way may never return: no clean exit to wait for
+
+
+# Registered here, so forked ranks inherit it too, but they leave through
+# os._exit (multiprocessing's forkserver children): it runs in the forkserver only.
+atexit.register(_sweep_if_orphaned)
+_preloaded = threading.Event()
+_watcher = threading.Thread(target=_watch_parent, args=(_preloaded,), name="rpc-harness-parent-watch", daemon=True)
+_watcher.start()
 if _spec.get("sys_path"):
     sys.path[:] = _spec["sys_path"]
 _base = set(_spec.get("base", ()))
@@ -60,3 +98,8 @@ _watch.module = None
 _watch.stop()
 if _spec.get("cuda_report"):
     write_culprits(_spec["cuda_report"], _watch.culprits)
+
+# The forkserver's loop watches the parent from here on; and no thread may
+# be left running when it forks ranks.
+_preloaded.set()
+_watcher.join()

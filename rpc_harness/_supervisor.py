@@ -312,6 +312,15 @@ class Supervisor:
             outcome.status = R.STOPPED if outcome.phase in ("done", "frozen") else R.HUNG
         self.kill_all()
 
+    def interrupted(self, error: BaseException) -> None:
+        """Something from outside the world raised inside it (a test
+        timeout, a progress callback): keep every running rank's stacks and
+        say so, before the caller brings the world down."""
+        what = f"{type(error).__name__}: {error}".rstrip(": ")
+        self.problems.append(f"{R.INTERRUPTED} ({what})")
+        self.ended = time.monotonic()
+        self._dump_stacks(sorted(self.running))
+
     def _stop_survivors(self) -> None:
         self._note_gpu_memory()
         # Survivors keep the STOPPED status they started with: not failures.

@@ -71,9 +71,14 @@ def sweep(root: str | None = None) -> list[str]:
 
 
 def _start_time(pid: int) -> str:
-    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), or "" if it is gone."""
+    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat), or ""
+    if it is gone: a zombie too, which owns nothing any more (a killed xdist
+    worker stays one until its controller reaps it)."""
     try:
         with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = file.read().rsplit(")", 1)[1].split()
+    except OSError:
         return ""
+    if len(fields) < 20 or fields[0] == "Z":
+        return ""
+    return fields[19]

@@ -413,7 +413,10 @@ class RpcWorld:
             ways.append(python_call(spec, modules=modules))
             return "\n    or: ".join(ways)
 
-        result = launch(dataclasses.replace(spec, repro=replay_lines(spec)), on_progress=on_progress)
+        # A world that a test timeout (pytest-timeout's signal method) ends
+        # is reported too: every rank's stacks, the replay line.
+        result = launch(dataclasses.replace(spec, repro=replay_lines(spec)), on_progress=on_progress,
+                        on_interrupted=self.results.append)
         if result.schedule:  # a controlled world: the token and the Python line take its steps exactly
             result.repro = replay_lines(replaying(spec, result.schedule))
         self.results.append(result)

@@ -41,6 +41,7 @@ LOST = "message(s) lost"
 # of the program done. A survivor that called a peer from its own code and
 # returned normally ran past it (a client that finished its calls).
 UNFINISHED = "the program never got past the planned kill of"
+INTERRUPTED = "the world was stopped from outside"
 
 
 @dataclass
@@ -295,6 +296,8 @@ class WorldResult:
             return "its fault plan lost messages"
         if first.startswith(UNFINISHED):
             return "a planned kill ended its program"
+        if first.startswith(INTERRUPTED):
+            return INTERRUPTED
         return "see below"
 
 

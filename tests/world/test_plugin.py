@@ -21,6 +21,7 @@ import torch  # noqa: F401
 from conftest import wait_gone
 
 import rpc_harness  # noqa: F401 - likewise: one forkserver per worker, not one per session
+from rpc_harness.interrupts import children
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -339,8 +340,14 @@ def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_
 @pytest.mark.long
 def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_folder(pytester, tmp_path, short_tmp):
     proc, pids, tmp = start_sleeping_session(pytester, tmp_path, short_tmp)
+    # Its forkserver too (a killed CI job): alone, it would sweep its
+    # parent's folders as it ends (test_interrupts.py), and no one would be
+    # left to see whether the next session does.
+    forkservers = [pid for pid in children(proc.pid) if "forkserver" in _cmdline(pid)]
     try:
+        assert len(forkservers) == 1, forkservers
         proc.send_signal(signal.SIGKILL)
+        os.kill(forkservers[0], signal.SIGKILL)
         proc.wait(timeout=10)
         left = wait_gone(pids, within=30)
         assert not left, f"ranks outlived the SIGKILLed pytest: {left}"
@@ -357,6 +364,14 @@ def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_fol
                            text=True, timeout=300)  # a cold session: torch imported anew, on a loaded machine
     assert again.returncode == 0, again.stdout + again.stderr
     assert [p for p in os.listdir(tmp) if p.startswith(ours)] == [], "its first world swept them"
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_a_failing_world_leaves_a_trace_and_its_picture_named_in_the_report(pytester):

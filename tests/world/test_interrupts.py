@@ -1,0 +1,162 @@
+"""Worlds ended from outside the harness: a test timeout (pytest-timeout),
+a session interrupted while its first world comes up (issue 28).
+
+The first world of a session starts the forkserver, which imports torch and
+the session's modules before it forks any rank: seconds, more on a loaded
+machine. The tests here hold it there with an ``rpc_preload`` module that
+sleeps, so that "during bring-up" is a state, not a matter of timing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import pytest_timeout  # noqa: F401 - the sessions these tests start need it (the test extra)
+from conftest import wait_gone
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+# Imported by the forkserver (ini rpc_preload): it says who it is, then holds
+# the forkserver in its imports. With FIRE, it then fires pytest-timeout's
+# timer in the session (its parent): SIGALRM is what the signal method arms.
+SLOW_PRELOAD = """
+import os, signal, time
+
+with open(os.path.join({pids!r}, str(os.getpid())), "w"):
+    pass
+if {fire!r}:
+    os.kill(os.getppid(), signal.SIGALRM)
+time.sleep(600)
+"""
+
+ENTRY = """
+import os, signal, time
+import pytest
+
+def waits_in_its_entry(ctx, folder, session):
+    open(os.path.join(folder, str(ctx.rank)), "w").close()
+    if ctx.rank == 0:
+        while len(os.listdir(folder)) < ctx.world_size:
+            time.sleep(0.01)
+        os.kill(session, signal.SIGALRM)  # pytest-timeout's timer fires now, every rank inside its entry
+    time.sleep(600)
+
+def ok(ctx):
+    return ctx.rank
+
+@pytest.mark.timeout(300)
+def test_times_out(rpc_world, tmp_path):
+    rpc_world.run(waits_in_its_entry, world_size=2, deadline=600, args=(str(tmp_path), os.getpid()))
+
+def test_comes_up(rpc_world):
+    rpc_world.run(ok, world_size=2)
+
+def test_comes_up_too(rpc_world):
+    rpc_world.run(ok, world_size=2)
+"""
+
+
+def start(pytester, tmp, *args):
+    """A pytest session of the test file above, in a process group of its
+    own, with ``tmp`` as its temp folder; its output goes to ``session.log``."""
+    log = open(pytester.path / "session.log", "w")  # noqa: SIM115 - closed by finish()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, str(pytester.path / "test_worlds.py")],
+        cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    proc.log = log
+    return proc
+
+
+def finish(pytester, proc, pids_folder):
+    """Whatever a test left: the session's group, the forkservers it named."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    proc.log.close()
+    for name in os.listdir(pids_folder):
+        try:
+            os.kill(int(name), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def forkservers(pytester, *, fire=False):
+    """The folder where each forkserver writes its pid, once it is held in its imports."""
+    pids = pytester.path / "forkservers"
+    pids.mkdir()
+    pytester.makepyfile(slow_preload=SLOW_PRELOAD.format(pids=str(pids), fire=fire), test_worlds=ENTRY)
+    pytester.makeini("[pytest]\nrpc_preload = slow_preload\n")
+    return pids
+
+
+def wait_for(condition, proc, pytester, within=120):
+    until = time.monotonic() + within
+    while not condition() and time.monotonic() < until and proc.poll() is None:
+        time.sleep(0.1)
+    assert condition(), f"never got there (exit code {proc.poll()}):\n{(pytester.path / 'session.log').read_text()[-4000:]}"
+
+
+def test_a_test_timeout_inside_a_world_reports_every_ranks_stacks_and_the_replay_line(pytester):
+    pytester.makepyfile(test_worlds=ENTRY)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "times_out", timeout=300)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "Timeout" in out and "pytest-timeout" in out, out
+    for rank in (0, 1):
+        section = re.search(rf"-+ rpc rank {rank} \(worker{rank}\) \[stopped\] -+\n(.*?)\n(?=-{{10,}} |=+ )", out, re.S)
+        assert section, out
+        assert "--- stacks when the world was stopped" in section[1], section[1]
+        assert "in waits_in_its_entry" in section[1], section[1]
+    assert re.search(r"-+ rpc-harness replay -+\npytest \S+::test_times_out --rpc-seed=\d+", out), out
+
+
+def test_a_test_timeout_during_bring_up_gives_the_replay_line_and_leaves_no_forkserver(pytester, short_tmp):
+    pids = forkservers(pytester, fire=True)
+    proc = start(pytester, short_tmp, "-k", "times_out")
+    try:
+        proc.wait(timeout=300)
+        ended = time.monotonic()
+        (forkserver,) = [int(name) for name in os.listdir(pids)]
+        left = wait_gone([forkserver], within=2.0)
+        gone_after = time.monotonic() - ended
+        out = (pytester.path / "session.log").read_text()
+        assert not left, f"the forkserver outlived pytest by more than {gone_after:.1f}s"
+        assert proc.returncode == 1, out
+        assert "Timeout" in out and "pytest-timeout" in out, out
+        assert re.search(r"-+ rpc-harness replay -+\npytest \S+::test_times_out --rpc-seed=\d+", out), out
+        assert [p for p in os.listdir(short_tmp) if p.startswith(("pymp-", "rpc-world-"))] == []
+    finally:
+        finish(pytester, proc, pids)
+
+
+@pytest.mark.long
+def test_ctrl_c_to_an_xdist_controller_during_bring_up_leaves_no_folder_and_no_forkserver(pytester, short_tmp):
+    # Workers that take longer to stop than xdist waits (10 s; torch's
+    # teardown on a loaded machine) are killed: nothing of theirs runs again.
+    pytester.makeconftest("""
+import time
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        time.sleep(60)
+""")
+    pids = forkservers(pytester)
+    proc = start(pytester, short_tmp, "-n", "2", "-k", "comes_up")
+    try:
+        wait_for(lambda: len(os.listdir(pids)) == 2, proc, pytester)
+        assert sorted(p.split("-")[0] for p in os.listdir(short_tmp) if p.startswith("pymp-")) == ["pymp", "pymp"]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        left = wait_gone([int(name) for name in os.listdir(pids)], within=30)
+        assert not left, f"forkservers outlived the interrupted session: {left}"
+        assert [p for p in os.listdir(short_tmp) if p.startswith(("pymp-", "rpc-world-"))] == []
+    finally:
+        finish(pytester, proc, pids)
