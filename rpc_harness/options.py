@@ -194,6 +194,10 @@ def whole_number(text: str) -> int:
         raise ValueError(f"{clip(text)} is not a valid int") from None
 
 
+# pytest's ini types of the text forms that are numbers (pytest >= 8.4).
+INI_TYPES: dict[Callable[[str], Any], str] = {parse_number: "float", parse_whole: "int"}
+
+
 # -- the declaration -------------------------------------------------------------------
 
 
@@ -221,6 +225,12 @@ class Option:
     @property
     def ini(self) -> str | None:
         return self.flag.removeprefix("--").replace("-", "_") if self.flag else None
+
+    @property
+    def ini_type(self) -> str:
+        """The type of its ini key for pytest's ``addini``: what its text
+        form is (a TOML config then takes the number itself)."""
+        return INI_TYPES.get(self.parse, "string")  # type: ignore[arg-type]
 
     def read(self, text: str, where: str) -> Any:
         """The checked value of the text form (command line, ini file); an

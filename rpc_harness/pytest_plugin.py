@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .result import WorldResult
 
 from ._cuda_fork import ForkserverCudaWarning, ask_through_nvml, warn_as
-from .options import DECLARED, MARKER_KEYS, SHAPE, arguments
+from .options import DECLARED, INI_TYPES, MARKER_KEYS, SHAPE, arguments
 from .repro import SEED_FLAG
 
 # The plugin's own settings (not world options, which options.py declares).
@@ -58,11 +58,14 @@ _asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this s
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rpc-harness", "real torch.distributed.rpc worlds")
-    flags = [(SEED_OPTION, SEED_HELP)] + [(spec.flag, spec.help) for spec in SESSION_OPTIONS.values()]
-    for flag, text in flags + [(TRACE_OPTION, TRACE_HELP)]:
+    # Each ini key typed as its option's text form is (a TOML config gives
+    # numbers as numbers); the seed's is the one world option the plugin owns.
+    flags = [(SEED_OPTION, SEED_HELP, DECLARED["seed"].parse)]
+    flags += [(spec.flag, spec.help, spec.parse) for spec in SESSION_OPTIONS.values()]
+    for flag, text, parse in flags + [(TRACE_OPTION, TRACE_HELP, None)]:
         assert flag is not None
         group.addoption(flag, dest=_dest(flag), default=None, help=text)
-        parser.addini(_dest(flag), text, default=None)
+        parser.addini(_dest(flag), text, type=INI_TYPES.get(parse, "string"), default=None)  # type: ignore[arg-type]
     parser.addini(PRELOAD_INI, PRELOAD_HELP, type="linelist", default=[])
 
 
@@ -114,14 +117,18 @@ class _XdistSeedSharing:
         node.workerinput["rpc_harness_seed"] = self.config.stash[_session_seed_key]
 
 
-def _session_setting(config: pytest.Config, flag: str) -> tuple[str | None, str]:
-    """A session setting's raw text and where it came from: the command
-    line first, then the ini file."""
+def _session_setting(config: pytest.Config, flag: str) -> tuple[Any, str]:
+    """A session setting and where it came from: the command line first
+    (its text), then the ini file (a number where its key is typed so)."""
     raw = config.getoption(_dest(flag))
     if raw is not None:
         return raw, flag
-    raw = config.getini(_dest(flag))
-    return (raw or None), f"ini {_dest(flag)}"
+    where = f"ini {_dest(flag)}"
+    try:
+        raw = config.getini(_dest(flag))
+    except (ValueError, TypeError, pytest.UsageError) as error:  # not a number: pytest's words, not the key
+        raise pytest.UsageError(f"{where}: {error}") from None
+    return (None if raw is None or raw == "" else raw), where
 
 
 def _command_line_flags(config: pytest.Config) -> list[tuple[str, str]]:
@@ -144,7 +151,7 @@ def _session_seed(config: pytest.Config) -> int:
     if raw is None:
         return fresh_seed()
     try:
-        value: Any = int(raw, 0)
+        value: Any = raw if isinstance(raw, int) else int(raw, 0)
     except ValueError:
         value = raw  # not a number at all: the check names it, with the range, as for any seed
     try:
@@ -165,7 +172,7 @@ def _session_values(config: pytest.Config) -> dict[str, tuple[Any, str]]:
         if raw is None:
             continue
         try:
-            values[option] = (spec.read(raw, where), where)
+            values[option] = (spec.read(raw, where) if isinstance(raw, str) else spec.check(raw, where), where)
         except WorldSpecError as error:
             raise pytest.UsageError(str(error)) from None
     return values

@@ -177,10 +177,15 @@ def test_seeded(rpc_world):
         (["--rpc-deadline=-1"], "--rpc-deadline: invalid deadline '-1'; use seconds > 0"),
         (["--rpc-call-timeout=0"], "--rpc-call-timeout: invalid rpc_timeout '0'; use seconds > 0"),
         (["--rpc-fuzz=5"], "--rpc-fuzz: invalid fuzz '5'; use the largest delay in seconds, 0..1"),
+        (["ini", "rpc_seed = abc"], "ini rpc_seed: invalid literal for int() with base 10: 'abc'"),
+        (["ini", "rpc_deadline = soon"], "ini rpc_deadline: could not convert string to float: 'soon'"),
     ],
 )
 def test_bad_command_line_values_are_usage_errors(pytester, args, message):
     pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
+    if args[0] == "ini":  # a key typed int or float: what pytest could not read, and which key
+        pytester.makeini(f"[pytest]\n{args[1]}\n")
+        args = []
     result = run(pytester, *args)
     assert result.ret != 0
     assert message in result.stderr.str() + result.stdout.str()
@@ -220,6 +225,26 @@ def test_ini_deadline_applies(pytester):
     result = run(pytester)
     result.assert_outcomes(failed=1)
     assert "deadline of 2s passed" in result.stdout.str()
+
+
+def test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers(pytester):
+    # pytest's native TOML config checks each value against its key's type:
+    # keys typed "string" refused `rpc_deadline = 2` ("expects a string, got int").
+    pytester.makepyprojecttoml('[tool.pytest]\nrpc_deadline = 2\nrpc_call_timeout = 30\nrpc_fuzz = 0\n'
+                               'rpc_seed = 7\nrpc_schedule = "free"\n')
+    pytester.makepyfile(
+        ENTRIES + '\ndef test_hangs(rpc_world):\n    rpc_world.run(hangs, world_size=2, faults="hang:worker1@demo.step")\n'
+    )
+    result = run(pytester, "--strict-config")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "deadline of 2s passed" in out, out
+    assert "rpc-harness: session seed 7 " in out, out
+    help_text = run(pytester, "--help").stdout.str()
+    for key, kind in [("rpc_seed", "int"), ("rpc_deadline", "float"), ("rpc_bringup", "float"),
+                      ("rpc_call_timeout", "float"), ("rpc_fuzz", "float"), ("rpc_schedule", "string"),
+                      ("rpc_trace_dir", "string"), ("rpc_preload", "linelist")]:
+        assert re.search(rf"^  {key} \({kind}\):", help_text, re.M), (key, kind)
 
 
 def test_help_does_not_import_torch(pytester):
@@ -527,12 +552,12 @@ def test_a_budget_or_fuzz_out_of_range_at_the_flag_or_the_ini_is_a_usage_error_a
     bad = {"deadline": "inf", "bringup": "nan", "rpc_timeout": "0", "fuzz": "1.5"}[option]
     pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
     if door == "flag":
-        result, where = run(pytester, f"{flag}={bad}"), flag
-    else:
+        result, where, shown = run(pytester, f"{flag}={bad}"), flag, repr(bad)
+    else:  # the key is typed float: pytest reads the number
         pytester.makeini(f"[pytest]\n{flag[2:].replace('-', '_')} = {bad}\n")
-        result, where = run(pytester), f"ini {flag[2:].replace('-', '_')}"
+        result, where, shown = run(pytester), f"ini {flag[2:].replace('-', '_')}", repr(float(bad))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"{where}: invalid {what} '{bad}'" in result.stderr.str() + result.stdout.str()
+    assert f"{where}: invalid {what} {shown}" in result.stderr.str() + result.stdout.str()
     assert "test_ok" not in result.stdout.str(), "no test ran"
 
 
