@@ -35,7 +35,11 @@ PRELOAD_INI = "rpc_preload"
 PRELOAD_HELP = ("modules the worlds' forkserver imports once, so that no rank does (besides pytest and every "
                 "test module that uses the rpc_world fixture), e.g. a helper module whose entries run_world runs")
 TRACE_OPTION = "--rpc-trace-dir"
-TRACE_HELP = "folder for the Chrome trace and timeline picture of every failing world (default: .rpc-harness/traces under the rootdir)"
+TRACE_HELP = ("folder for the Chrome trace and timeline picture of every failing world (default: "
+              "rpc-harness-traces in pytest's cache folder, .pytest_cache/d/; without the cache plugin, in the "
+              "session's base temp folder)")
+# The default trace folder's name, in pytest's cache folder (or base temp folder).
+TRACE_FOLDER = "rpc-harness-traces"
 MARKER = "rpc_world"
 MARKER_HELP = (
     f"{MARKER}({', '.join(f'{key}=None' for key in MARKER_KEYS)}): defaults for the worlds this test runs with "
@@ -54,6 +58,7 @@ _session_seed_key = pytest.StashKey[int]()
 _session_values_key = pytest.StashKey[dict]()
 _results_key = pytest.StashKey[list]()
 _asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this session
+_traces_key = pytest.StashKey[str]()  # the default trace folder when pytest's cache is off
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -311,6 +316,11 @@ class RpcWorld:
             self._marker = dict(marker.kwargs)
         self.results: list[WorldResult] = []
         request.node.stash[_results_key] = self.results
+        if getattr(request.config, "cache", None) is None and _traces_key not in request.config.stash:
+            # No cache folder (-p no:cacheprovider): pytest's own temp folder,
+            # which it prunes itself, rather than the user's working tree.
+            factory = request.getfixturevalue("tmp_path_factory")
+            request.config.stash[_traces_key] = str(factory.getbasetemp() / TRACE_FOLDER)
 
     @property
     def repro(self) -> str:
@@ -492,6 +502,16 @@ def _import_folder(module_name: str) -> str:
     return path
 
 
+def _default_trace_folder(config: pytest.Config) -> str:
+    """Where traces go unless ``--rpc-trace-dir`` says: pytest's cache
+    folder, as pytest keeps its own files (``.pytest_cache``, which ignores
+    itself in git), not a folder of ours in the user's repository."""
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return str(cache.mkdir(TRACE_FOLDER))
+    return config.stash[_traces_key]
+
+
 def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[str, str] | str:
     """Write the failing world's Chrome trace and its SVG picture: their
     paths, or why they could not be written (the report has everything else)."""
@@ -500,12 +520,11 @@ def _write_trace(item: pytest.Item, index: int, result: WorldResult) -> tuple[st
     from .timeline import write_timeline
     from .trace import write_trace
 
-    folder = _session_setting(item.config, TRACE_OPTION)[0] or os.path.join(
-        str(item.config.rootpath), ".rpc-harness", "traces"
-    )
+    folder = _session_setting(item.config, TRACE_OPTION)[0] or ""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:150]
-    path = os.path.join(folder, f"{name}.world{index}")
     try:
+        folder = folder or _default_trace_folder(item.config)  # pytest's cache folder is made here
+        path = os.path.join(folder, f"{name}.world{index}")
         trace = write_trace(result, path + ".trace.json")
         timeline = write_timeline(trace, path + ".timeline.svg", title=item.nodeid)
     except OSError as error:

@@ -434,6 +434,27 @@ def test_rank1_dies(rpc_world):
     assert svg.tag.endswith("svg") and "rank 1 (worker1)" in ET.tostring(svg, encoding="unicode")
 
 
+@pytest.mark.parametrize("cache", [True, False], ids=["pytest-cache", "no-cache"])
+def test_traces_go_to_pytests_cache_folder_by_default_not_into_the_users_tree(pytester, cache):
+    pytester.makepyfile(ENTRIES + "\ndef test_rank1_dies(rpc_world):\n    rpc_world.run(rank1_dies, world_size=2)\n")
+    before = set(os.listdir(pytester.path))
+    if cache:  # run() turns the cache plugin off
+        result = pytester.runpytest_inprocess()
+        folder = pytester.path / ".pytest_cache" / "d" / "rpc-harness-traces"
+    else:
+        result = run(pytester, "--basetemp", str(pytester.path / "base"))
+        folder = pytester.path / "base" / "rpc-harness-traces"
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    trace = re.search(r"Chrome trace \(open in Perfetto\): (\S+)", out)
+    picture = re.search(r"Timeline picture: (\S+)", out)
+    assert trace and picture, out
+    assert sorted(p.name for p in folder.iterdir()) == sorted([os.path.basename(trace[1]), os.path.basename(picture[1])])
+    assert os.path.dirname(trace[1]) == str(folder), "the report names where they are"
+    made = set(os.listdir(pytester.path)) - before
+    assert made == ({".pytest_cache"} if cache else {"base"}), f"nothing of ours in the user's tree: {made}"
+
+
 def test_the_pytest_replay_line_keeps_the_world_options_of_the_command_line(pytester):
     # A failing world under a controlled schedule: the line must replay it
     # under the same schedule, not a free one.
