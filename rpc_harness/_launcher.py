@@ -251,6 +251,17 @@ def raise_for_failures(result: WorldResult) -> None:
         raise WorldFailed(result)
 
 
+# The worlds this process is running now (any thread), for stacks_of_running_worlds.
+_running: set[Supervisor] = set()
+
+
+def stacks_of_running_worlds() -> list[str]:
+    """Each world running in this process: every rank's stacks, now, and the
+    replay line. For a caller about to end the process from another thread
+    (pytest-timeout's thread method), which no world's result will reach."""
+    return [supervisor.stacks_now() for supervisor in list(_running)]
+
+
 def launch(
     spec: WorldSpec,
     *,
@@ -287,6 +298,7 @@ def launch(
         controlled = parse_schedule(spec.options.schedule).controlled
         supervisor = Supervisor(spec, workdir, lambda boot: _start_rank(mp, boot, controlled), on_progress,
                                 master_port=_free_port() if spec.spawned else 0, netns=netns, isolation=isolation)
+        _running.add(supervisor)
         try:
             supervisor.run()
         except BaseException as error:
@@ -297,6 +309,7 @@ def launch(
             on_interrupted(supervisor.collect(spec.repro or python_call(spec)))
             raise
         finally:
+            _running.discard(supervisor)
             supervisor.kill_all()
             _stores.remove_made(workdir)
         result = supervisor.collect(spec.repro or python_call(spec))

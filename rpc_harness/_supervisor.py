@@ -312,6 +312,21 @@ class Supervisor:
             outcome.status = R.STOPPED if outcome.phase in ("done", "frozen") else R.HUNG
         self.kill_all()
 
+    def stacks_now(self) -> str:
+        """Every running rank's stacks, now, with the world's replay line:
+        for a caller in another thread that is about to end this process
+        (pytest-timeout's thread method), where no result will be made."""
+        alive = sorted(set(self.running))
+        self._dump_stacks(alive)
+        lines = [f"rpc world of {len(self.outcomes)} ranks (seed={self.spec.seed}) still running"]
+        for rank in alive:
+            raw = _read_text(rank_file(self.workdir, rank, "stacks"))
+            text = annotate_stacks(raw[self.stacks_read.get(rank, 0):]).rstrip()
+            lines.append(f"--- {self.outcomes[rank].label} stacks\n{text or '(no answer)'}")
+        if self.spec.repro:
+            lines.append(f"Replay: {self.spec.repro}")
+        return "\n".join(lines)
+
     def interrupted(self, error: BaseException) -> None:
         """Something from outside the world raised inside it (a test
         timeout, a progress callback): keep every running rank's stacks and

@@ -490,6 +490,59 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
                                                               _command_line_flags(item.config))))
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's thread method ends the process (``os._exit``) with
+    the stacks of pytest's own threads: a test with worlds gets its ranks'
+    stacks and replay lines printed first. The timer is pytest-timeout's
+    own otherwise (its signal method is reported through the fixture)."""
+    if settings.method != "thread" or "rpc_world" not in getattr(item, "fixturenames", ()):
+        return None
+    import threading
+
+    timer = threading.Timer(settings.timeout, _thread_timeout, (item, settings))
+    timer.name = f"rpc-harness timeout {item.nodeid}"
+
+    def cancel() -> None:
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel  # type: ignore[attr-defined] - pytest-timeout's cancel hook calls it
+    timer.start()
+    return True
+
+
+def _thread_timeout(item: pytest.Item, settings: Any) -> None:
+    from pytest_timeout import timeout_timer
+
+    from ._launcher import stacks_of_running_worlds
+
+    terminal = item.config.get_terminal_writer()
+    try:
+        capman = item.config.pluginmanager.getplugin("capturemanager")
+        if capman:
+            capman.suspend_global_capture(item)
+        worlds = stacks_of_running_worlds()
+        for text in worlds:  # each ends with its replay lines
+            terminal.sep("+", title="Timeout: rpc world")
+            terminal.write(text + "\n")
+        if not worlds:  # between worlds: the test's own line
+            terminal.write(f"rpc-harness replay: {_pytest_line_of(item)}\n")
+    except Exception:  # noqa: BLE001 - pytest-timeout's own report and exit must still come
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        terminal.flush()
+        timeout_timer(item, settings)  # its stacks of this process, then os._exit(1)
+
+
+def _pytest_line_of(item: pytest.Item) -> str:
+    from .repro import pytest_line
+
+    return pytest_line(item.nodeid, item.config.stash[_session_seed_key], _command_line_flags(item.config))
+
+
 def _import_folder(module_name: str) -> str:
     """The folder a module's dotted name is imported from (up one level per
     package in the name), or "" when the module is not loaded from a file."""

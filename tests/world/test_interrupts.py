@@ -118,6 +118,47 @@ def test_a_test_timeout_inside_a_world_reports_every_ranks_stacks_and_the_replay
     assert re.search(r"-+ rpc-harness replay -+\npytest \S+::test_times_out --rpc-seed=\d+", out), out
 
 
+THREAD_METHOD = """
+import time
+import pytest
+import rpc_harness
+
+def sleeps_in_its_entry(ctx):
+    time.sleep(600)
+
+def ok(ctx):
+    return ctx.rank
+
+@pytest.fixture
+def warm():
+    rpc_harness.run_world(ok, world_size=2)  # the forkserver is up before the test's clock starts
+
+@pytest.mark.timeout(10, method="thread", func_only=True)
+def test_times_out(warm, rpc_world):
+    rpc_world.run(sleeps_in_its_entry, world_size=2, deadline=600)
+"""
+
+
+def test_a_thread_method_timeout_prints_every_ranks_stacks_and_the_replay_line_before_it_ends_pytest(
+        pytester, short_tmp, monkeypatch):
+    # Its thread ends the process (os._exit): no report, no fixture teardown.
+    pytester.makepyfile(test_worlds=THREAD_METHOD)
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    assert "Timeout" in out, out
+    for rank in (0, 1):
+        assert re.search(rf"--- rank {rank} \(worker{rank}\) stacks\n(.*\n)*?.*File ", out), out
+    assert re.search(r"Replay: pytest \S+::test_times_out --rpc-seed=\d+", out), out
+    # The forkserver, left without its parent, sweeps what the process could not remove.
+    until = time.monotonic() + 30
+    while (left := [p for p in os.listdir(short_tmp) if p.startswith(("pymp-", "rpc-world-"))]) and (
+            time.monotonic() < until):
+        time.sleep(0.1)
+    assert left == []
+
+
 def test_a_test_timeout_during_bring_up_gives_the_replay_line_and_leaves_no_forkserver(pytester, short_tmp):
     pids = forkservers(pytester, fire=True)
     proc = start(pytester, short_tmp, "-k", "times_out")
