@@ -377,9 +377,11 @@ def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_fol
         left = wait_gone(pids, within=30)
         assert not left, f"ranks outlived the SIGKILLed pytest: {left}"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        try:  # whatever outlived it (ranks, when this fails), in the group it led
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
     ours = ("rpc-world-", "pymp-")  # the world's folder, and multiprocessing's (the forkserver's socket)
     orphans = sorted(p.split("-")[0] for p in os.listdir(tmp) if p.startswith(ours))
     assert orphans == ["pymp", "rpc"], "nobody could remove the folders of a SIGKILLed process"
