@@ -41,6 +41,7 @@ UF = "tests/unit/test_faults.py::"
 SHAPE = "tests/unit/test_scenario_shape.py::"
 WC = "tests/world/test_cli.py::"
 I28 = "tests/world/test_issue28.py::"
+INT = "tests/world/test_interrupts.py::"
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,8 @@ BUGS = (
         "not 0 <= value <= MAX_SEED:", "not 0 <= value:",
         (OPT + "test_every_numeric_option_is_refused_or_accepted_at_its_edges_as_the_rule_says",)),
     Bug("6 the plugin does not check flag and ini values at start-up", "rpc_harness/pytest_plugin.py",
-        "values[option] = (spec.read(raw, where), where)", "values[option] = (spec.parse(raw), where)",
+        "values[option] = (spec.read(raw, where) if isinstance(raw, str) else spec.check(raw, where), where)",
+        "values[option] = (spec.parse(raw) if isinstance(raw, str) else raw, where)",
         (PLUGIN + "test_a_budget_or_fuzz_out_of_range_at_the_flag_or_the_ini_is_a_usage_error_at_start_up",)),
     Bug("6 rpc-harness flags are not checked", "rpc_harness/options.py",
         "            return spec.read(text, flag)\n", "            return spec.parse(text)\n",
@@ -587,6 +589,29 @@ BUGS = (
     Bug("reports show the harness's own frames unasked", "rpc_harness/result.py",
         "show_harness_frames() if harness_frames is None else harness_frames", "True",
         (I28 + "test_4_the_harnesss_own_frames_are_left_out_unless_asked_for",)),
+    # -- issue 28: the plugin under pytest-timeout, Ctrl-C, TOML configs, traces ---------------------
+    Bug("28 a world a test timeout stops loses its ranks' stacks", "rpc_harness/_supervisor.py",
+        "        self.ended = time.monotonic()\n        self._dump_stacks(sorted(self.running))\n",
+        "        self.ended = time.monotonic()\n",
+        (INT + "test_a_test_timeout_inside_a_world_reports_every_ranks_stacks_and_the_replay_line",)),
+    Bug("28 pytest-timeout's thread method ends pytest without the ranks' stacks", "rpc_harness/pytest_plugin.py",
+        'if settings.method != "thread" or "rpc_world" not in getattr(item, "fixturenames", ()):', "if True:",
+        (INT + "test_a_thread_method_timeout_prints_every_ranks_stacks_and_the_replay_line_before_it_ends_pytest",)),
+    Bug("28 a forkserver still importing outlives its parent", "rpc_harness/_preload.py",
+        "            os._exit(0)  # the import under way may never return: no clean exit to wait for",
+        "            return",
+        (INT + "test_a_test_timeout_during_bring_up_gives_the_replay_line_and_leaves_no_forkserver",)),
+    Bug("28 an orphaned forkserver leaves its parent's folders", "rpc_harness/_preload.py",
+        "    if _parent_gone():\n        sweep()\n", "    if _parent_gone():\n        pass\n",
+        (INT + "test_ctrl_c_to_an_xdist_controller_during_bring_up_leaves_no_folder_and_no_forkserver",)),
+    Bug("28 every ini key typed string", "rpc_harness/options.py",
+        'INI_TYPES: dict[Callable[[str], Any], str] = {parse_number: "float", parse_whole: "int"}',
+        "INI_TYPES: dict[Callable[[str], Any], str] = {}",
+        (PLUGIN + "test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers",)),
+    Bug("28 traces land in the user's tree", "rpc_harness/pytest_plugin.py",
+        "        return str(cache.mkdir(TRACE_FOLDER))",
+        '        return os.path.join(str(config.rootpath), ".rpc-harness", "traces")',
+        (PLUGIN + "test_traces_go_to_pytests_cache_folder_by_default_not_into_the_users_tree",)),
 )
 
 
