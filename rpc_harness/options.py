@@ -290,6 +290,7 @@ class WorldOptions:
              "chooses each step uniformly), pct or pct:DEPTH (PCT), or replay:... (a recorded schedule)")
     devices: tuple[str, ...] = option(
         (), check=check_devices, parse=str, flag="--rpc-devices", marker=True, token="dev", plain=",".join,
+        command_line="--device",
         help="the ranks' devices: cpu (the default), cuda (rank r gets cuda:(r mod device_count), set as its "
              "current device and ctx.device; a run world's ranks get device maps to every peer), or a list "
              "cuda:0,cuda:1 taken round-robin; refused before any process starts where CUDA is not available")

@@ -37,7 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 from .errors import GradientMismatch, ScenarioError, WorldSpecError, clip
 from .faults import FaultPlan
 from .gradcheck import Mismatch
-from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE, whole_number
+from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE, check_devices, whole_number
 from .progress import Progress
 from .repro import Repro, scenario_call
 from .result import WorldResult
@@ -447,10 +447,15 @@ def run_scenario(
     fuzz: float = 0.0,
     schedule: str = "free",
     on_progress: Callable[[Progress], None] | None = None,
+    devices: Sequence[str] | str | None = None,
 ) -> ScenarioReport:
     """Run ``scenario`` in a real world, run its baseline, compare, judge.
 
     ``config`` is the scenario's config, a mapping of overrides or None.
+    ``devices`` is the world option (``"cuda"``: each rank's model on its
+    GPU; the baseline stays on the CPU, and the judge widens its tolerances
+    as ``rpc_harness.scenarios._device`` says); where CUDA is not available
+    it is refused before any process starts (:class:`Unsupported`).
     Bad input (world size, config, fault plan) raises before any process
     starts; a failed world never raises: the report says what happened, and
     :func:`check_report` raises on it.
@@ -467,13 +472,17 @@ def run_scenario(
     validate_config(sc, cfg, len(names), seed, where=f"{sc.name} config at world_size {len(names)}")
     plan = FaultPlan.coerce(faults, where=f"{sc.name}: faults")
     plan.validate(names, failpoints=sc.failpoints, where=f"{sc.name}: faults")
+    options: dict[str, Any] = {"faults": plan, "fuzz": fuzz, "schedule": schedule}
+    placed = check_devices(devices, f"{sc.name}: devices") if devices is not None else ()
+    if placed:  # a CPU world's token and replay lines stay as they were
+        options["devices"] = placed
     repro = Repro(world_size=len(names), seed=seed, scenario=sc.name, names=names,
-                  config=config_overrides(sc, cfg), options={"faults": plan, "fuzz": fuzz, "schedule": schedule})
+                  config=config_overrides(sc, cfg), options=options)
     python = scenario_call(repro)
     world = run_world(
         sc.entry, names=names, seed=seed, deadline=deadline, faults=plan, failpoints=sc.failpoints,
         args=(cfg,), fuzz=fuzz, schedule=schedule, repro=f"{repro.command()}\n    or: {python}", check=False,
-        on_progress=on_progress,
+        on_progress=on_progress, devices=placed or None,
     )
     report = judge(sc, world, cfg)
     if world.schedule:  # a controlled world: its replay lines take its steps exactly

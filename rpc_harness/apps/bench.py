@@ -13,7 +13,12 @@
 - what recording an RPC for the timeline adds to the call;
 - each scenario's steps per second and peak memory per rank;
 - controlled schedules: worlds per minute against free-running ones, and
-  how many worlds each way of running takes to hit a rare race.
+  how many worlds each way of running takes to hit a rare race;
+- with ``--device cuda`` (only that): a 4-rank world's bring-up with CUDA
+  against the CPU, an ``rpc_sync`` round trip of a 1 MB tensor along the
+  world's device maps against the same tensor on the CPU, and each
+  scenario's steps per second on the GPU against the CPU, all on the same
+  machine in the same run. Refused where CUDA is not available.
 
 Timings are printed and written as JSON; they are never asserted in tests.
 """
@@ -34,6 +39,71 @@ from typing import Any
 from rpc_harness import run_world
 from rpc_harness.context import RankContext, activate, failpoint
 from rpc_harness.scenario import Scenario, run_scenario
+
+ROUND_TRIP_BYTES = 1 << 20  # the tensor of the device round trip: 1 MB of float32
+
+
+def _same(tensor: Any) -> Any:
+    return tensor
+
+
+def tensor_round_trip(ctx: RankContext, calls: int) -> float | None:
+    """Rank 0 times ``rpc_sync`` of a 1 MB float32 tensor on its device to
+    rank 1 and back (on CUDA along the world's device maps: the peer
+    receives it on its GPU and returns it); seconds per call."""
+    import torch
+    import torch.distributed.rpc as rpc
+
+    if ctx.rank != 0:
+        return None
+    device = torch.device(ctx.device)
+    tensor = torch.ones(ROUND_TRIP_BYTES // 4, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(10):  # warm the pipe and its channels up
+        rpc.rpc_sync(ctx.names[1], _same, args=(tensor,))
+    sync()
+    started = time.perf_counter()
+    for _ in range(calls):
+        back = rpc.rpc_sync(ctx.names[1], _same, args=(tensor,))
+    sync()
+    elapsed = time.perf_counter() - started
+    if back.device != device:
+        raise RuntimeError(f"the tensor came back on {back.device}, not {device}: the device maps did not hold")
+    return elapsed / calls
+
+
+def device_figures(devices: tuple[str, ...], scenarios: list[Scenario], repeat: int,
+                   calls: int = 200) -> dict[str, Any]:
+    """The same measurements on ``devices`` and on the CPU, one after the
+    other on this machine: bring-up of a 4-rank world, the 1 MB round trip,
+    each scenario's steps per second. ``devices=()`` measures the CPU twice
+    (what the suite runs, on a machine without CUDA)."""
+    arms: dict[str, tuple[str, ...]] = {"device": devices, "cpu": ()}
+    figures: dict[str, Any] = {"devices": ",".join(devices) or "cpu", "bring_up": {}, "round_trip": {},
+                               "scenarios": []}
+    for label, placed in arms.items():
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            run_world(noop, world_size=4, deadline=300, devices=placed or None)
+            times.append(time.perf_counter() - started)
+        figures["bring_up"][label] = statistics.median(times)
+        per_call = [run_world(tensor_round_trip, world_size=2, deadline=300, args=(calls,),
+                              devices=placed or None)[0].value for _ in range(repeat)]
+        figures["round_trip"][label] = statistics.median(per_call)
+        print(f"  {label} ({','.join(placed) or 'cpu'}): 4-rank bring-up {figures['bring_up'][label]:.3f} s, "
+              f"1 MB rpc_sync round trip {figures['round_trip'][label] * 1e6:.0f} us", flush=True)
+    for sc in scenarios:
+        row: dict[str, Any] = {"scenario": sc.name, "world_size": sc.default_world_size}
+        for label, placed in arms.items():
+            report = run_scenario(sc, world_size=sc.default_world_size, seed=1, deadline=300,
+                                  devices=placed or None)
+            row[f"{label}_steps_per_s"] = report.steps / report.duration if report.duration else 0.0
+            row[f"{label}_ok"] = report.ok
+        figures["scenarios"].append(row)
+        print(f"  {sc.name}: {row['device_steps_per_s']:.1f} steps/s on {figures['devices']} against "
+              f"{row['cpu_steps_per_s']:.1f} on the CPU (ok: {row['device_ok']} / {row['cpu_ok']})", flush=True)
+    return figures
 
 
 def noop(ctx: RankContext) -> int:
@@ -355,9 +425,17 @@ def run_bench(
     scenarios: list[Scenario],
     only: tuple[str, ...] = SECTIONS,
     svg_path: str | None = None,
+    devices: tuple[str, ...] = (),
 ) -> int:
     """Measure the ``only`` sections, print the table, write the JSON (and
-    the growth curve's SVG)."""
+    the growth curve's SVG). With ``devices`` (checked by the caller: CUDA
+    is there), only the device against the CPU."""
+    if devices:
+        print(f"rpc-harness bench --device {','.join(devices)} ({os.cpu_count()} cores): against the CPU", flush=True)
+        figures = {"cores": os.cpu_count(), "quick": quick,
+                   "device": device_figures(devices, scenarios, repeat or (3 if quick else 10),
+                                            calls=50 if quick else 200)}
+        return _finish(figures, json_path)
     sizes = list(QUICK_SIZES if quick else SIZES)
     repeat = repeat or (3 if quick else 10)
     # Big worlds take long enough that a few runs say as much as many.
@@ -385,6 +463,10 @@ def run_bench(
         figures["finding_power"] = finding_power(5 if quick else 40)
     if "scenarios" in only and not (quick and only == SECTIONS):
         figures["scenarios"] = scenario_rates(scenarios, per_call)
+    return _finish(figures, json_path)
+
+
+def _finish(figures: dict[str, Any], json_path: str | None) -> int:
     print()
     print(table(figures))
     if json_path:
@@ -456,4 +538,18 @@ def table(figures: dict[str, Any]) -> str:
         found = ", ".join(f"{label} {seed if seed else f'none in {tries}'}"
                           for label, seed in power["first_failure"].items())
         lines.append(f"| worlds until the first lost update ({found}) | | | |")
+    device = figures.get("device")
+    if device:
+        # The "spawn way" column holds the CPU's figure here, the ratio device / CPU time.
+        name = device["devices"]
+        up, trip = device["bring_up"], device["round_trip"]
+        lines.append(f"| 4-rank world up + down on {name} / on the CPU (median) | {up['device']:.3f} s | "
+                     f"{up['cpu']:.3f} s | {up['device'] / up['cpu']:.2f}x |")
+        lines.append(f"| rpc_sync round trip of a 1 MB tensor on {name} along the device maps / on the CPU "
+                     f"(median) | {trip['device'] * 1e6:.0f} us | {trip['cpu'] * 1e6:.0f} us | "
+                     f"{trip['device'] / trip['cpu']:.2f}x |")
+        for row in device["scenarios"]:
+            speed = row["device_steps_per_s"] / row["cpu_steps_per_s"] if row["cpu_steps_per_s"] else 0.0
+            lines.append(f"| {row['scenario']} (world {row['world_size']}) steps/s on {name} / on the CPU | "
+                         f"{row['device_steps_per_s']:.1f} | {row['cpu_steps_per_s']:.1f} | {speed:.2f}x |")
     return "\n".join(lines)

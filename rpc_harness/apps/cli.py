@@ -111,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                help=f"deadline of each world in seconds (default: {COMMAND_LINE_DEADLINE:g}, for whole "
                     f"training runs; a test's world has {DEFAULT_DEADLINE:g})")
     add_option(run, "fuzz", default=0.0)
+    add_option(run, "devices", help="where the scenarios' models train: cpu (the default) or cuda (each rank's "
+                                    "model on its GPU, cuda:(rank mod count), judged against the CPU baseline "
+                                    "with GPU tolerances); refused with exit 2 where CUDA is not available")
     add_option(run, "schedule", default="free",
                help="the order of each world's steps: free (the operating system's, the default), controlled "
                     "(random), pct or pct:D, or replay:... ; with --repeat N a controlled run explores N schedules, "
@@ -149,6 +152,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="measure only this section (repeatable; default: all)")
     bench.add_argument("--svg", default="rpc-harness-out/bringup.svg",
                        help="where to draw the bring-up growth curve (default: rpc-harness-out/bringup.svg)")
+    add_option(bench, "devices", help="cuda: measure only the GPU against the CPU on this machine (a 4-rank "
+                                      "world's bring-up, a 1 MB rpc_sync round trip along the device maps, each "
+                                      "scenario's steps per second); refused with exit 2 where CUDA is not available")
     bench.set_defaults(func=cmd_bench)
 
     listing = sub.add_parser("list", help="the registered scenarios: sizes, budget, failpoints, config")
@@ -177,6 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
     check_run_input(args)  # what needs no scenario, before loading one imports torch
     jobs = plan_jobs(args, seed)  # every input checked before any world starts
+    check_devices_here(args.device, fuzz=args.fuzz, jobs=jobs)
     if args.out:
         check_writable_folder(args.out, "--out")
     names = ", ".join(dict.fromkeys(job.scenario.name for job in jobs))
@@ -266,6 +273,20 @@ def check_run_input(args: argparse.Namespace) -> None:
                                 f"{', '.join(sorted(known)) or 'none: is rpc-harness installed (pip install -e .)?'}")
 
 
+def check_devices_here(devices: Sequence[str] | None, *, fuzz: float = 0.0, jobs: Sequence[Job] = ()) -> None:
+    """``--device cuda`` on a machine that cannot run it (no CUDA, an index
+    past its GPUs, or a plan that needs torch's faulty agent): refused, one
+    line, before any world starts. Asked through NVML: this process stays
+    fork-safe."""
+    if not devices:
+        return
+    from rpc_harness._devices import require_world_devices
+    from rpc_harness.faults import uses_faulty_agent
+
+    faulty = any(uses_faulty_agent(job.repro.plan, fuzz) for job in jobs) or fuzz > 0
+    require_world_devices(devices, where="--device", faulty_agent=faulty)
+
+
 def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
     """Every world the command line asks for, validated: scenario names,
     sizes, config overrides, fault plans (options were read by argparse)."""
@@ -293,8 +314,10 @@ def _job(sc: Scenario, args: argparse.Namespace, size: int, names: tuple[str, ..
          overrides: dict, plan: FaultPlan, label: str, seed: int) -> Job:
     """One world of the run, its config checked at this size and seed."""
     registry.validate_config(sc, config, size, seed, where=f"{sc.name} at world size {size}")
-    repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, config=overrides,
-                  options={"faults": plan, "fuzz": args.fuzz, "schedule": args.schedule})
+    options = {"faults": plan, "fuzz": args.fuzz, "schedule": args.schedule}
+    if getattr(args, "device", None):  # a CPU run's tokens stay as they were
+        options["devices"] = args.device
+    repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, config=overrides, options=options)
     return Job(sc, repro, label)
 
 
@@ -319,6 +342,8 @@ def run_job(job: Job, *, deadline: float, progress: str = "auto") -> ScenarioRep
     """Run one world of the run, with a progress bar."""
     repro = job.repro
     what = f", faults {repro.faults}" if repro.faults else ""
+    if repro.options.get("devices"):
+        what += f", devices {','.join(repro.options['devices'])}"
     print(f"  running {job.scenario.name} (world {repro.world_size}, seed {repro.seed}{what}) ...", flush=True)
     bar = None
     if progress != "off":
@@ -329,7 +354,7 @@ def run_job(job: Job, *, deadline: float, progress: str = "auto") -> ScenarioRep
         report = registry.run_scenario(
             job.scenario, repro.config, world_size=repro.world_size, seed=repro.seed,
             faults=repro.faults or None, deadline=deadline, fuzz=repro.fuzz, schedule=repro.schedule,
-            on_progress=bar,
+            on_progress=bar, devices=repro.options.get("devices") or None,
         )
     except BaseException:
         if bar is not None:
@@ -493,6 +518,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             f"the token's worker names {list(repro.names)} are not what {sc.name} gives a world of "
             f"{repro.world_size} today ({list(expected)}): the scenario changed since the token was made"
         )
+    check_devices_here(repro.options.get("devices"), fuzz=repro.fuzz, jobs=[Job(sc, repro, "replay")])
     print(f"rpc-harness replay: {repro.scenario}, world {repro.world_size}, seed {repro.seed}"
           + (f", faults {repro.faults}" if repro.faults else "") + (f", fuzz {repro.fuzz}" if repro.fuzz else ""))
     job = Job(sc, repro, "replay")
@@ -585,12 +611,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
+    check_devices_here(args.device)  # before any world, one line
     scenarios = scenarios_named(args.scenario or ["all"])
     for path, option in ((args.json, "--json"), (args.svg, "--svg")):
         if path:
             check_writable_file(path, option)
     return run_bench(quick=args.quick, json_path=args.json, repeat=args.repeat, scenarios=scenarios,
-                     only=tuple(args.only or SECTIONS), svg_path=args.svg)
+                     only=tuple(args.only or SECTIONS), svg_path=args.svg, devices=args.device or ())
 
 
 def cmd_list(args: argparse.Namespace) -> int:

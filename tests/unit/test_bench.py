@@ -29,3 +29,29 @@ def test_the_table_quotes_every_figure():
     assert "| unarmed failpoint | 110 ns/call |" in text
     assert "| 340 / 25 us |" in text
     assert "| ps (world 3) | 23.1 steps/s, failpoints 0.0008% of run time, peak 435 MB/rank |" in text
+
+
+def test_the_table_quotes_the_device_against_the_cpu():
+    figures = {"device": {"devices": "cuda", "bring_up": {"device": 1.5, "cpu": 0.5},
+                          "round_trip": {"device": 200e-6, "cpu": 800e-6},
+                          "scenarios": [{"scenario": "ps", "world_size": 3, "device_steps_per_s": 40.0,
+                                         "cpu_steps_per_s": 20.0, "device_ok": True, "cpu_ok": True}]}}
+    text = bench.table(figures)
+    assert "| 4-rank world up + down on cuda / on the CPU (median) | 1.500 s | 0.500 s | 3.00x |" in text
+    assert "| rpc_sync round trip of a 1 MB tensor on cuda along the device maps / on the CPU (median) | " \
+           "200 us | 800 us | 0.25x |" in text
+    assert "| ps (world 3) steps/s on cuda / on the CPU | 40.0 | 20.0 | 2.00x |" in text
+
+
+def test_bench_device_cuda_is_refused_with_exit_2_in_one_line_before_any_world(monkeypatch, capsys):
+    import pytest
+
+    from rpc_harness.apps import cli
+
+    monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: False)
+    monkeypatch.setattr(bench, "run_world", lambda *a, **k: pytest.fail("a world started"))
+    assert cli.main(["bench", "--device", "cuda", "--quick"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and "--device: devices='cuda' asks for CUDA, but CUDA is not available here" in err
+    assert captured.out == ""

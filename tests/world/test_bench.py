@@ -15,3 +15,11 @@ def test_the_time_from_a_death_to_its_report_is_measured():
     row = bench.failure_latency(1)
     assert set(row) == {"median_s", "max_s", "runs"} and row["runs"] == 1
     assert 0 < row["median_s"] == row["max_s"]
+
+
+def test_the_device_section_measures_both_arms_through_one_code_path():
+    # devices=() measures the CPU in both arms: what runs here, without CUDA;
+    # on a CUDA machine the device arm is the same code with devices=("cuda",).
+    figures = bench.device_figures((), [], repeat=1, calls=5)
+    assert figures["devices"] == "cpu" and set(figures["bring_up"]) == {"device", "cpu"}
+    assert all(value > 0 for value in (*figures["bring_up"].values(), *figures["round_trip"].values()))

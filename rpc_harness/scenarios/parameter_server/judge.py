@@ -14,6 +14,7 @@ from rpc_harness.gradcheck import compare as compare_tensors
 from rpc_harness.result import KILLED, OK, RAISED
 from rpc_harness.scenario import Comparison, Outcome, Verdict
 
+from .._device import tolerances
 from .baseline import BaselineRun
 from .config import NAME, PS_NAME, Config
 
@@ -135,10 +136,12 @@ def compare(actual: Records, expected: BaselineRun, config: Config, seed: int) -
     and the final parameters."""
     result = Comparison()
     steps = actual.log["steps"]
+    device = str(actual.log.get("device", "cpu"))
+    rtol, atol = tolerances(config.rtol, config.atol, device)
     for step, base in zip(steps, expected.steps, strict=True):
         where = f"{step['index']} ({step['trainer']} batch {step['batch']}, parameter version {step['version']})"
         diff, bad = compare_tensors(step["grads"], base.grads, scenario=NAME, step=where, rank=step["trainer"],
-                                    seed=seed, rtol=config.rtol, atol=config.atol)
+                                    seed=seed, rtol=rtol, atol=atol)
         result.max_diff = max(result.max_diff, diff)
         result.checked += len(set(step["grads"]) & set(base.grads))
         result.expected += len(base.grads)
@@ -146,14 +149,15 @@ def compare(actual: Records, expected: BaselineRun, config: Config, seed: int) -
         if step["loss"] is not None:
             _, bad = compare_tensors({"loss": torch.tensor(step["loss"])}, {"loss": torch.tensor(base.loss)},
                                      scenario=NAME, step=where, rank=step["trainer"], seed=seed,
-                                     rtol=config.rtol, atol=config.atol, what="loss")
+                                     rtol=rtol, atol=atol, what="loss")
             result.mismatches += bad
     diff, bad = compare_tensors(actual.log["final"], expected.final, scenario=NAME,
                                 step=f"final (after {len(steps)} steps)", rank=PS_NAME, seed=seed,
-                                rtol=config.rtol, atol=config.atol, what="parameter")
+                                rtol=rtol, atol=atol, what="parameter")
     result.max_diff = max(result.max_diff, diff)
     result.mismatches += bad
-    result.details = {"order": actual.order, "dropped_steps": actual.log["dropped"], "reaped": actual.log["dead"]}
+    result.details = {"order": actual.order, "dropped_steps": actual.log["dropped"], "reaped": actual.log["dead"],
+                      "tolerance": {"rtol": rtol, "atol": atol, "device": device}}
     return result
 
 

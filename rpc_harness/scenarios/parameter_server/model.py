@@ -54,7 +54,8 @@ def _dropout(
     if gen is None or p <= 0.0:
         return x
     shape = (x.shape[0], x.shape[1], 1, 1) if channel_wise else x.shape
-    keep = (torch.rand(shape, generator=gen) >= p).to(x.dtype)
+    # Drawn on the CPU from the seeded CPU generator (the baseline's draws), moved to x's device.
+    keep = (torch.rand(shape, generator=gen) >= p).to(device=x.device, dtype=x.dtype)
     return x * keep / (1.0 - p)
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import rpc_harness
 
+from .._device import here, prepare
 from .._threads import threads
 from .config import PS_NAME, WAIT_SHARE, Config, trainer_names
 from .server import get_parameter_server
@@ -30,6 +31,7 @@ def entry(ctx: rpc_harness.RankContext, config: Config) -> dict[str, Any]:
     return their losses and held-out accuracy. One intra-op thread each:
     the ops are small, several ranks share a few cores, and the baseline
     must add alike."""
+    prepare(here())
     with threads(1):
         if ctx.name == PS_NAME:
             server = get_parameter_server(config, ctx.world_seed, trainer_names(ctx.world_size))

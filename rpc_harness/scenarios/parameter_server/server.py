@@ -16,6 +16,7 @@ import torch.nn as nn
 
 import rpc_harness
 
+from .._device import here
 from .._rpc import FailureDetector
 from .config import PS_NAME, Config
 from .data import eval_batches, get_accuracy
@@ -70,7 +71,10 @@ class ParameterServer(nn.Module):
 
     def __init__(self, config: Config, world_seed: int, trainers: tuple[str, ...]) -> None:
         super().__init__()
-        self.model = build_net(config, world_seed)
+        # The model on the server's device, as the tutorial puts it on
+        # cuda:0; initialised on the CPU first, from the baseline's numbers.
+        self.device = here()
+        self.model = build_net(config, world_seed).to(self.device)
         self.config = config
         self.world_seed = world_seed
         self.trainers = trainers
@@ -94,7 +98,7 @@ class ParameterServer(nn.Module):
         cid = _caller_context_id()
         if cid is None:
             with torch.no_grad():
-                return self.model(inp)
+                return self._evaluate(inp)
         with self._cv:
             holder = self._holder
         if holder is None or holder.cid != cid:
@@ -102,13 +106,19 @@ class ParameterServer(nn.Module):
                 f"{PS_NAME}: training forward in dist-autograd context {cid} without the step lease "
                 f"(held by {holder.trainer + ' batch ' + str(holder.batch) if holder else 'nobody'})"
             )
-        return self.model(inp, dropout_seed)
+        # As the tutorial: the input to the model's device, the output back to
+        # the CPU before it crosses RPC (autograd follows both moves).
+        return self.model(inp.to(self.device), dropout_seed).cpu()
+
+    def _evaluate(self, inp: torch.Tensor) -> torch.Tensor:
+        return self.model(inp.to(self.device)).cpu()
 
     def get_dist_gradients(self, cid: int) -> dict[str, torch.Tensor]:
         """This context's gradients by parameter name; recorded for the lease."""
         grads = dist_autograd.get_gradients(cid)
         named = {
-            self._by_param[p]: g.detach().clone() for p, g in grads.items() if p in self._by_param
+            # On the CPU: they go to the trainer and into the log the judge reads.
+            self._by_param[p]: g.detach().to("cpu", copy=True) for p, g in grads.items() if p in self._by_param
         }
         with self._cv:
             if self._holder is None or self._holder.cid != cid:
@@ -192,7 +202,7 @@ class ParameterServer(nn.Module):
         alpha = -self.config.lr * self.config.perturb_scale
         with torch.no_grad():
             for name, param in self.model.named_parameters():
-                param.add_(grads[name], alpha=alpha)
+                param.add_(grads[name].to(param.device), alpha=alpha)
 
     # -- trainers finishing, dying ------------------------------------------
     def trainer_done(self, trainer: str) -> Any:
@@ -262,8 +272,9 @@ class ParameterServer(nn.Module):
             return {
                 "steps": list(self._log),
                 "dropped": list(self._dropped),
-                "final": {n: p.detach().clone() for n, p in self.model.named_parameters()},
-                "accuracy": get_accuracy(batches, self.model),
+                "final": {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters()},
+                "accuracy": get_accuracy(batches, self._evaluate),
+                "device": str(self.device),
                 "done": sorted(self._done),
                 "dead": sorted(self._dead),
             }

@@ -13,6 +13,7 @@ from torch.distributions import Categorical
 
 from rpc_harness import derive_seed, failpoint, progress
 
+from .._device import prepare
 from .._threads import threads
 from .config import ENV_ID, Config, gymnasium
 from .model import Policy
@@ -50,6 +51,7 @@ class Records:
     threshold: float
     solved_at: int | None = None
     steps: int = 0  # environment steps over all observers
+    device: str = "cpu"  # where the policy trained (the judge's tolerances depend on it)
 
 
 class Agent:
@@ -62,12 +64,17 @@ class Agent:
         observers: Mapping[int, str],
         *,
         perturb_episode: int = 0,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.config = config
+        # The policy on the agent's device; its initial weights drawn on the
+        # CPU, as in the baseline, so both start from the same numbers.
+        self.device = torch.device(device)
+        prepare(self.device)
         self.names = dict(sorted(observers.items()))  # ob_id -> name, in fixed order
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(world_seed, "policy-init"))
-            self.policy = Policy(config.hidden, config.dropout)
+            self.policy = Policy(config.hidden, config.dropout).to(self.device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
         self.eps = torch.finfo(torch.float32).eps
         self.running_reward = 0.0
@@ -93,8 +100,11 @@ class Agent:
         generator = self.generators[ob_id]
         mask = self.policy.dropout_mask(generator)
         # No graph here: finish_episode replays the steps in a fixed order.
+        # States and masks stay on the CPU (the observers' numbers, the CPU
+        # generators' draws); the action is sampled on the CPU from the
+        # policy's probabilities, with the observer's own CPU generator.
         with torch.no_grad():
-            probs = self.policy(x, mask)
+            probs = self.policy(x.to(self.device), mask.to(self.device)).cpu()
         action = int(torch.multinomial(probs, 1, generator=generator).item())
         trajectory.states.append(x)
         trajectory.masks.append(mask)
@@ -141,21 +151,23 @@ class Agent:
                     )
                 if not trajectory.actions:
                     continue
-                probs = self.policy(torch.cat(trajectory.states), torch.cat(trajectory.masks))
-                log_probs.append(Categorical(probs).log_prob(torch.tensor(trajectory.actions)))
+                probs = self.policy(torch.cat(trajectory.states).to(self.device),
+                                    torch.cat(trajectory.masks).to(self.device))
+                log_probs.append(Categorical(probs).log_prob(torch.tensor(trajectory.actions, device=self.device)))
                 R, discounted = 0.0, []
                 for r in reversed(trajectory.rewards):
                     R = r + self.config.gamma * R
                     discounted.append(R)
                 returns.extend(reversed(discounted))
-            returns_t = torch.tensor(returns)
+            returns_t = torch.tensor(returns, device=self.device)
             if returns_t.numel() > 1:
                 returns_t = (returns_t - returns_t.mean()) / (returns_t.std() + self.eps)
             policy_loss = (-torch.cat(log_probs) * returns_t).sum()
             self.optimizer.zero_grad()
             policy_loss.backward()
             grads = {
-                name: p.grad.detach().clone() for name, p in self.policy.named_parameters()
+                # Copied to the CPU: records go to the test process, which never touches CUDA.
+                name: p.grad.detach().to("cpu", copy=True) for name, p in self.policy.named_parameters()
             }
             self.optimizer.step()
         self.steps += sum(len(self.trajectories[i].actions) for i in order)
@@ -183,5 +195,5 @@ class Agent:
                 solved_at = episode
                 if self.config.stop_when_solved:
                     break
-        return Records(episodes, dict(self.dropped), self.reward_threshold, solved_at, self.steps)
+        return Records(episodes, dict(self.dropped), self.reward_threshold, solved_at, self.steps, str(self.device))
 

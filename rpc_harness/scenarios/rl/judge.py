@@ -10,6 +10,7 @@ from rpc_harness.gradcheck import compare as compare_tensors
 from rpc_harness.result import KILLED
 from rpc_harness.scenario import Comparison, Outcome, Verdict
 
+from .._device import tolerances
 from .agent import Records
 from .config import AGENT_NAME, JUDGE_MIN_EPISODES, JUDGE_MIN_OBSERVERS, NAME, Config
 
@@ -50,12 +51,13 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
     """Every episode's gradients; episodes only one side has are mismatches
     too. The details say whether they were equal bit for bit."""
     result = Comparison()
+    rtol, atol = tolerances(config.rtol, config.atol, actual.device)
     exact = True
     for index in range(max(len(actual.episodes), len(expected.episodes))):
         a = actual.episodes[index].grads if index < len(actual.episodes) else {}
         e = expected.episodes[index].grads if index < len(expected.episodes) else {}
         diff, found = compare_tensors(a, e, scenario=NAME, step=f"episode {index + 1}", rank=AGENT_NAME,
-                                      seed=seed, rtol=config.rtol, atol=config.atol)
+                                      seed=seed, rtol=rtol, atol=atol)
         result.max_diff = max(result.max_diff, diff)
         result.checked += len(set(a) & set(e))
         result.expected += len(e)
@@ -64,7 +66,7 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
     schedule = ", ".join(f"{n} from episode {e}" for n, e in sorted(actual.dropped.items()))
     result.details = {
         "bit_exact": exact,
-        "tolerance": {"rtol": config.rtol, "atol": config.atol},
+        "tolerance": {"rtol": rtol, "atol": atol, "device": actual.device},
         "grad_check": (
             f"every episode's gradients against a baseline that replays the drop schedule ({schedule}): "
             "the survivors' environments and RNG streams do not depend on the dead observer, "

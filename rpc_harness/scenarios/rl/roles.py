@@ -11,6 +11,7 @@ from torch.distributed.rpc import RRef
 
 from rpc_harness import preload
 
+from .._device import here
 from .._rpc import call_method, is_dead, is_remote_exception, origin
 from .agent import Agent, Records
 from .config import Config
@@ -59,7 +60,7 @@ def entry(ctx: Any, config: Config) -> Records | None:
     if ctx.rank != 0:
         return None
     observers = {ctx.rank_of(name): name for name in ctx.names[1:]}
-    agent = Agent(config, ctx.world_seed, observers, perturb_episode=config.perturb_episode)
+    agent = Agent(config, ctx.world_seed, observers, perturb_episode=config.perturb_episode, device=here())
     ob_rrefs = {
         ob_id: rpc.remote(name, Observer, args=(ob_id, name, ctx.world_seed))
         for ob_id, name in observers.items()

@@ -14,6 +14,7 @@ from rpc_harness.gradcheck import compare as compare_tensors
 from rpc_harness.result import KILLED, OK, RAISED
 from rpc_harness.scenario import Comparison, Outcome, Verdict
 
+from .._device import tolerances
 from .config import FAIL_FAST_SHARE, NAME, Config, layout
 
 Records = dict[str, dict[str, Any]]  # trainer name -> {"trainer", "steps": [{"epoch", "loss", "grads", "params"}]}
@@ -88,10 +89,12 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
     counts = {"grads": 0, "params": 0}  # compared: in the run and in the baseline
     has = {"grads": 0, "params": 0}  # in the baseline
     worst = {"grads": 0.0, "params": 0.0}
+    device = next((str(got.get("device", "cpu")) for got in actual.values()), "cpu")
+    rtol, atol = tolerances(config.rtol, config.atol, device)
 
     def check(a: dict, e: dict, *, step: Any, rank: str, what: str) -> float:
         diff, found = compare_tensors(a, e, scenario=NAME, step=step, rank=rank, seed=seed,
-                                      rtol=config.rtol, atol=config.atol, what=what)
+                                      rtol=rtol, atol=atol, what=what)
         result.mismatches += found
         return diff
 
@@ -118,12 +121,13 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
         result.mismatches.append(Mismatch(
             NAME, "all", ", ".join(sorted(actual)), f"{has['params'] - counts['params']} of the "
             f"{has['params']} parameter tensors the baseline has (never compared)", float("inf"),
-            float("inf"), config.atol, config.rtol, seed, WHAT["params"]))
+            float("inf"), atol, rtol, seed, WHAT["params"]))
     result.max_diff, result.checked, result.expected = worst["grads"], counts["grads"], has["grads"]
     result.details = {
         "max_param_diff": worst["params"],
         "params_checked": counts["params"],
         "params_expected": has["params"],
+        "tolerance": {"rtol": rtol, "atol": atol, "device": device},
         "tensors": sorted({name for r in actual.values() for s in r["steps"] for name in s["grads"]}),
     }
     return result

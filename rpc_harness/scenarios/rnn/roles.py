@@ -11,6 +11,7 @@ from torch import nn, optim
 
 import rpc_harness
 
+from .._device import here, prepare
 from .._rpc import is_dead, one_line
 from .._threads import threads
 from .config import Config, Layout, layout
@@ -30,6 +31,7 @@ def entry(ctx: Any, config: Config) -> dict[str, Any] | None:
     """Rank entry: trainers train and return their records; parameter servers
     return at once and serve RPCs until every rank's entry has returned."""
     plan = layout(ctx.world_size)
+    prepare(here())  # servers too: their modules compute on their device
     if ctx.name not in plan.trainers:
         return None
     try:
@@ -61,6 +63,7 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
         plan.decoder,
         model_seed(ctx.world_seed, ctx.name),
         perturb=config.perturb,
+        device=here(),
     )
     opt = DistributedOptimizer(optim.SGD, model.parameter_rrefs(), lr=config.lr)
     ctx.event("model_ready")
@@ -69,14 +72,14 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
     total = config.epochs * len(data)
     ctx.progress(0, total, "steps")
     for epoch in range(config.epochs):
-        hidden = init_hidden(config)
+        hidden = init_hidden(config, here())
         for data_batch, target in data:
             ctx.failpoint("trainer.step")
             with dist_autograd.context() as context_id:
                 # Truncated BPTT: carry the state, not its history.
                 hidden = (hidden[0].detach(), hidden[1].detach())
                 output, hidden = model(data_batch, hidden)
-                loss = criterion(output.view(-1, config.vocab_size), target)
+                loss = criterion(output.view(-1, config.vocab_size), target.to(here()))
                 dist_autograd.backward(context_id, [loss])
                 grads = model.gradients(context_id)
                 ctx.failpoint("optimizer.step")
@@ -84,7 +87,7 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
             steps.append(
                 {
                     "epoch": epoch,
-                    "loss": loss.detach().clone(),
+                    "loss": loss.detach().to("cpu", copy=True),
                     "grads": grads,
                     "params": model.parameters_by_owner(),
                 }
@@ -96,6 +99,6 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
             loss=sum(float(s["loss"]) for s in steps[-len(data) :]) / len(data),
         )
     # Records: each step {"epoch", "loss", "grads", "params"}.
-    return {"trainer": ctx.name, "steps": steps}
+    return {"trainer": ctx.name, "steps": steps, "device": str(here())}
 
 
