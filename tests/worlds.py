@@ -529,6 +529,27 @@ def device_of(ctx):
     return str(ctx.device)
 
 
+def _add_one_here(x):
+    """Served on the peer: the tensor must have arrived on the peer's own
+    device (along the world's device maps when that is a GPU)."""
+    here = rpc_harness.current_context().device
+    assert x.device == torch.device(here), f"arrived on {x.device}, not on this rank's {here}"
+    return x + 1
+
+
+def ring_on_device(ctx, kill_rank=None):
+    """Each rank rpc_syncs a tensor on its device to the next rank, which
+    adds one on its own device; what comes back is on the sender's device.
+    The same entry runs on the CPU (tests/world) and on CUDA (tests/gpu).
+    ``kill_rank`` SIGKILLs itself after its call (the nothing-left check)."""
+    x = torch.full((4,), float(ctx.rank), device=ctx.device)
+    peer = ctx.names[(ctx.rank + 1) % ctx.world_size]
+    y = rpc.rpc_sync(peer, _add_one_here, args=(x,))
+    if ctx.rank == kill_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"device": str(y.device), "value": y.cpu().tolist()}
+
+
 class Counter:
     """What the proxies' calls reach: counts them, under a lock (they come
     from many threads at once)."""

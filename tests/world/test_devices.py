@@ -79,3 +79,9 @@ def test_a_failed_worlds_report_says_how_much_gpu_memory_each_rank_held(monkeypa
     held = [line for line in lines if line.endswith("it held 1.0 GiB of GPU memory")]
     # The two ranks still asleep when rank 2 raised were running as the world failed.
     assert {line.split(":")[0].strip() for line in held} >= {"rank 0 (worker0)", "rank 1 (worker1)"}, lines[:5]
+
+
+def test_a_run_style_entry_moves_tensors_on_its_ranks_devices_the_cpu_here(rpc_world):
+    # The entry tests/gpu runs with devices="cuda", here on the CPU: the same code path.
+    result = rpc_world.run(worlds.ring_on_device, world_size=3)
+    assert result.values == [{"device": "cpu", "value": [float(r) + 1] * 4} for r in range(3)]

@@ -1,0 +1,48 @@
+"""Nothing left on the GPU: after a CUDA world, killed ranks included, the
+number of compute processes NVML lists is back to what it was (issue 29,
+item 5). Read through NVML (tests/gpu/nvml.py), which initializes no CUDA
+in the test process. NOT YET RUN on a GPU."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import worlds
+
+from . import nvml
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _settled(before: dict[int, int], within: float = 15.0) -> dict[int, int]:
+    until = time.monotonic() + within
+    while True:
+        now = nvml.compute_processes()
+        if set(now) <= set(before) or time.monotonic() > until:
+            return now
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("kill_rank", [None, 2])
+def test_a_cuda_world_leaves_no_process_on_the_gpu(rpc_world, kill_rank):
+    before = nvml.compute_processes()
+    assert not set(before) & {__import__("os").getpid()}, "the test process holds a CUDA context"
+    rpc_world.run(worlds.ring_on_device, world_size=4, devices="cuda", kwargs={"kill_rank": kill_rank},
+                  check=False)
+    after = _settled(before)
+    left = {pid: size for pid, size in after.items() if pid not in before}
+    assert not left, f"compute processes left on the GPU after the world (pid: bytes): {left}"
+    assert len(after) <= len(before)
+
+
+def test_a_scenario_world_with_a_killed_rank_leaves_nothing_on_the_gpu():
+    from rpc_harness import run_scenario
+    from rpc_harness.scenario import load
+
+    sc = load("ps")
+    plan = next(iter(sc.fault_checks(sc.default_world_size, sc.config_type()).values()))
+    before = nvml.compute_processes()
+    run_scenario("ps", seed=3, faults=plan, devices="cuda")
+    left = {pid: size for pid, size in _settled(before).items() if pid not in before}
+    assert not left, f"compute processes left on the GPU after the world (pid: bytes): {left}"

@@ -1,0 +1,35 @@
+"""Each scenario with its models on the GPU (``devices="cuda"``) equal to
+its single-process CPU baseline within the GPU tolerances
+(rpc_harness/scenarios/_device.py says which and why), and its fault checks
+(killed trainer, slow observer, server kill, ...) run on the GPU too.
+NOT YET RUN on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from rpc_harness import check_report, run_scenario
+from rpc_harness.scenario import available, load
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.mark.parametrize("name", available())
+def test_the_scenario_on_the_gpu_equals_its_cpu_baseline(name):
+    report = run_scenario(name, seed=2, devices="cuda")
+    check_report(report)
+    assert report.details["tolerance"]["device"].startswith("cuda")
+    assert "devices='cuda'" in report.python_replay, "the replay lines carry the device"
+
+
+def _fault_checks():
+    for name in available():
+        sc = load(name)
+        for label, plan in sc.fault_checks(sc.default_world_size, sc.config_type()).items():
+            yield pytest.param(name, plan, id=f"{name}-{label}")
+
+
+@pytest.mark.parametrize(("name", "plan"), list(_fault_checks()))
+def test_the_scenarios_fault_checks_hold_on_the_gpu(name, plan):
+    report = run_scenario(name, seed=2, faults=plan, devices="cuda")
+    check_report(report)
