@@ -239,3 +239,27 @@ def test_a_cuda_token_replays_on_the_gpu_and_is_refused_here_before_any_world(mo
     assert decode(repro.token()).options["devices"] == ("cuda",)
     assert cli.main(["replay", repro.token()]) == 2
     assert "asks for CUDA, but CUDA is not available here" in capsys.readouterr().err
+
+
+# torch's meta device stands in for a GPU here: parameters move to it as to
+# cuda:N, so a model left on the CPU shows (it cannot compute a CPU copy back).
+PLACEMENT = ["cpu", "meta"] + (["cuda:0"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", PLACEMENT)
+def test_each_scenarios_model_goes_to_its_ranks_device(monkeypatch, device):
+    from rpc_harness.scenarios.parameter_server.config import Config as PsConfig
+    from rpc_harness.scenarios.parameter_server.server import ParameterServer
+    from rpc_harness.scenarios.rl.agent import Agent
+    from rpc_harness.scenarios.rl.config import Config as RlConfig
+    from rpc_harness.scenarios.rnn.model import Decoder, EmbeddingTable
+
+    in_rank_on(monkeypatch, device)
+    agent = Agent(RlConfig(), 3, {1: "observer1"}, device=_device.here())
+    server = ParameterServer(PsConfig(), 3, ("trainer1",))
+    table, decoder = EmbeddingTable(20, 4, 0.2, 1), Decoder(20, 6, 0.2, 2)
+    for what, module in (("rl policy", agent.policy), ("ps model", server.model), ("rnn embedding", table),
+                         ("rnn decoder", decoder)):
+        assert {p.device for p in module.parameters()} == {torch.device(device)}, what
+    assert table(torch.tensor([[1, 2]])).device == torch.device(device)
+    assert decoder(torch.ones(1, 2, 6)).device == torch.device(device)
