@@ -263,3 +263,25 @@ def test_each_scenarios_model_goes_to_its_ranks_device(monkeypatch, device):
         assert {p.device for p in module.parameters()} == {torch.device(device)}, what
     assert table(torch.tensor([[1, 2]])).device == torch.device(device)
     assert decoder(torch.ones(1, 2, 6)).device == torch.device(device)
+
+
+def test_run_scenario_gives_the_world_its_devices_and_puts_them_in_the_replay_lines(monkeypatch):
+    from rpc_harness.scenario import run_scenario
+
+    seen = {}
+
+    def fake_run_world(entry, **options):
+        seen.update(options)
+        raise RuntimeError("stop before any process")
+
+    monkeypatch.setattr("rpc_harness._launcher.run_world", fake_run_world)
+    with pytest.raises(RuntimeError, match="stop before any process"):
+        run_scenario("rl", seed=4, devices="cuda")
+    assert seen["devices"] == ("cuda",)
+    token = seen["repro"].split()[2]
+    assert decode(token).options["devices"] == ("cuda",)
+    assert "devices='cuda'" in seen["repro"]
+    seen.clear()
+    with pytest.raises(RuntimeError):
+        run_scenario("rl", seed=4, devices="cpu")
+    assert seen["devices"] is None and "devices" not in seen["repro"], "a CPU world's lines stay as they were"
