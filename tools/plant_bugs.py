@@ -42,6 +42,7 @@ SHAPE = "tests/unit/test_scenario_shape.py::"
 WC = "tests/world/test_cli.py::"
 I28 = "tests/world/test_issue28.py::"
 INT = "tests/world/test_interrupts.py::"
+SD = "tests/unit/test_scenario_devices.py::"
 
 
 @dataclass(frozen=True)
@@ -612,6 +613,53 @@ BUGS = (
         "        return str(cache.mkdir(TRACE_FOLDER))",
         '        return os.path.join(str(config.rootpath), ".rpc-harness", "traces")',
         (PLUGIN + "test_traces_go_to_pytests_cache_folder_by_default_not_into_the_users_tree",)),
+    # Issue 29, item 4 (the scenarios on a device): what the CPU can check.
+    Bug("run --device cuda is refused only once a world is launched", "rpc_harness/apps/cli.py",
+        "    check_devices_here(args.device, fuzz=args.fuzz, jobs=jobs)\n", "",
+        (SD + "test_run_device_cuda_is_refused_with_exit_2_in_one_line_before_any_world",
+         SD + "test_run_device_cuda_with_fuzz_is_refused_where_cuda_is")),
+    Bug("a CUDA token is replayed without the check for CUDA", "rpc_harness/apps/cli.py",
+        '    check_devices_here(repro.options.get("devices"), fuzz=repro.fuzz, jobs=[Job(sc, repro, "replay")])\n', "",
+        (SD + "test_a_cuda_token_replays_on_the_gpu_and_is_refused_here_before_any_world",)),
+    Bug("bench --device cuda is not refused", "rpc_harness/apps/cli.py",
+        "    check_devices_here(args.device)  # before any world, one line\n", "",
+        ("tests/unit/test_bench.py::test_bench_device_cuda_is_refused_with_exit_2_in_one_line_before_any_world",)),
+    Bug("a run's token drops its device", "rpc_harness/apps/cli.py",
+        '        options["devices"] = args.device\n', "        pass\n",
+        (SD + "test_run_device_cuda_reaches_every_world_and_its_token",)),
+    Bug("run_scenario does not put the device in its token", "rpc_harness/scenario.py",
+        '        options["devices"] = placed\n', "        pass\n",
+        (SD + "test_run_scenario_gives_the_world_its_devices_and_puts_them_in_the_replay_lines",)),
+    Bug("a CUDA run is judged with the CPU's tolerances", "rpc_harness/scenarios/_device.py",
+        'if str(device).startswith("cuda"):', 'if str(device) == "cuda":',
+        (SD + "test_a_cpu_run_keeps_its_configs_tolerances_and_a_cuda_run_gets_the_gpu_bounds",
+         SD + "test_the_rl_judge_widens_its_tolerances_only_for_a_run_on_cuda",
+         SD + "test_the_ps_and_rnn_judges_read_the_device_from_the_records")),
+    Bug("the ps judge ignores the records' device", "rpc_harness/scenarios/parameter_server/judge.py",
+        'device = str(actual.log.get("device", "cpu"))', 'device = "cpu"',
+        (SD + "test_the_ps_and_rnn_judges_read_the_device_from_the_records",)),
+    Bug("the RL policy stays on the CPU", "rpc_harness/scenarios/rl/agent.py",
+        "self.policy = Policy(config.hidden, config.dropout).to(self.device)",
+        "self.policy = Policy(config.hidden, config.dropout)",
+        (SD + "test_each_scenarios_model_goes_to_its_ranks_device",)),
+    Bug("the parameter server's model stays on the CPU", "rpc_harness/scenarios/parameter_server/server.py",
+        "self.model = build_net(config, world_seed).to(self.device)", "self.model = build_net(config, world_seed)",
+        (SD + "test_each_scenarios_model_goes_to_its_ranks_device",)),
+    Bug("the RNN's embedding table stays on the CPU", "rpc_harness/scenarios/rnn/model.py",
+        "        # owner's device (None: the device of the rank that builds it).\n"
+        "        self.device = torch.device(device) if device is not None else here()\n"
+        "        self.to(self.device)",
+        "        # owner's device (None: the device of the rank that builds it).\n"
+        "        self.device = torch.device(device) if device is not None else here()",
+        (SD + "test_each_scenarios_model_goes_to_its_ranks_device",)),
+    Bug("the RNN's dropout mask drawn from the global generator", "rpc_harness/scenarios/rnn/model.py",
+        "mask = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1.0 - p, generator=generator).to(x.device)",
+        "mask = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1.0 - p).to(x.device)",
+        (SD + "test_the_rnn_dropout_draws_the_masks_it_drew_before_devices",)),
+    Bug("the layered LSTM (CUDA's) draws its inter-layer masks unlike nn.LSTM", "rpc_harness/scenarios/rnn/model.py",
+        "noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).div_(1 - p)",
+        "noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(p).div_(1 - p)",
+        (SD + "test_the_layered_lstm_equals_nn_lstm_with_its_dropout_masks",)),
 )
 
 
