@@ -1,6 +1,6 @@
 """Nothing left on the GPU: after a CUDA world, killed ranks included, the
 number of compute processes NVML lists is back to what it was (issue 29,
-item 5). Read through NVML (tests/gpu/nvml.py), which initializes no CUDA
+item 5). Read through NVML (rpc_harness._nvml), which initializes no CUDA
 in the test process. NOT YET RUN on a GPU."""
 
 from __future__ import annotations
@@ -10,15 +10,21 @@ import time
 import pytest
 import worlds
 
-from . import nvml
+from rpc_harness import _nvml
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _processes() -> dict[int, int]:
+    listed = _nvml.gpu_processes()
+    assert listed is not None, "NVML cannot be read on this CUDA machine"
+    return listed
 
 
 def _settled(before: dict[int, int], within: float = 15.0) -> dict[int, int]:
     until = time.monotonic() + within
     while True:
-        now = nvml.compute_processes()
+        now = _processes()
         if set(now) <= set(before) or time.monotonic() > until:
             return now
         time.sleep(0.2)
@@ -26,7 +32,7 @@ def _settled(before: dict[int, int], within: float = 15.0) -> dict[int, int]:
 
 @pytest.mark.parametrize("kill_rank", [None, 2])
 def test_a_cuda_world_leaves_no_process_on_the_gpu(rpc_world, kill_rank):
-    before = nvml.compute_processes()
+    before = _processes()
     assert not set(before) & {__import__("os").getpid()}, "the test process holds a CUDA context"
     rpc_world.run(worlds.ring_on_device, world_size=4, devices="cuda", kwargs={"kill_rank": kill_rank},
                   check=False)
@@ -42,7 +48,7 @@ def test_a_scenario_world_with_a_killed_rank_leaves_nothing_on_the_gpu():
 
     sc = load("ps")
     plan = next(iter(sc.fault_checks(sc.default_world_size, sc.config_type()).values()))
-    before = nvml.compute_processes()
+    before = _processes()
     run_scenario("ps", seed=3, faults=plan, devices="cuda")
     left = {pid: size for pid, size in _settled(before).items() if pid not in before}
     assert not left, f"compute processes left on the GPU after the world (pid: bytes): {left}"
