@@ -180,7 +180,7 @@ class Lifecycle:
         self.events.write("shutdown_done")
         self.left = True
         self.phase = "exiting"
-        self.send(msg.ShutDown())
+        self.send(msg.ShutdownDone())
 
     def wait_for_exit(self) -> None:
         """After a shutdown: wait until every rank has shut down. A rank that

@@ -46,7 +46,7 @@ class Value:
 
 
 @dataclass(frozen=True)
-class ShutDown:
+class ShutdownDone:
     """The rank's RPC shutdown finished; it waits for :class:`Exit`."""
 
 
@@ -86,7 +86,7 @@ class Exit:
     program's own store, hosted by rank 0.)"""
 
 
-ToSupervisor = Joined | Progress | EntryDone | Value | ShutDown | Frozen | Failed
+ToSupervisor = Joined | Progress | EntryDone | Value | ShutdownDone | Frozen | Failed
 
 
 # -- a controlled schedule: rank (its tasks) -> scheduler, over a pipe of its own -------------

@@ -173,7 +173,7 @@ class Supervisor:
                 # unpickle at ~0.1 ms each, and a parameter server's log holds hundreds.
                 if value is not None:
                     self.pickled_values[rank] = value
-            case msg.ShutDown():
+            case msg.ShutdownDone():
                 self.shut.add(rank)
                 outcome.phase = "exiting"
             case msg.Frozen():
