@@ -21,8 +21,9 @@ class Joined:
 
 
 @dataclass(frozen=True)
-class Progress:
-    """What the rank's code reported through ``progress()``."""
+class ProgressReported:
+    """What the rank's code reported through ``progress()`` (the supervisor
+    hands it on as a :class:`rpc_harness.Progress`, which names the rank)."""
 
     done: int
     total: int
@@ -86,7 +87,7 @@ class Exit:
     program's own store, hosted by rank 0.)"""
 
 
-ToSupervisor = Joined | Progress | EntryDone | Value | ShutdownDone | Frozen | Failed
+ToSupervisor = Joined | ProgressReported | EntryDone | Value | ShutdownDone | Frozen | Failed
 
 
 # -- a controlled schedule: rank (its tasks) -> scheduler, over a pipe of its own -------------

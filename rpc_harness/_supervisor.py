@@ -163,7 +163,7 @@ class Supervisor:
                 if len(self.ready) == len(self.outcomes):
                     self.joined_at = time.monotonic()
                     self._tell(Progress(None, "world", note=WORLD_UP))
-            case msg.Progress(done, total, unit, metrics):
+            case msg.ProgressReported(done, total, unit, metrics):
                 outcome.progress = (done, total, unit)
                 self._tell(Progress(rank, outcome.name, done, total, unit, metrics))
             case msg.EntryDone(value) | msg.Value(value):

@@ -171,10 +171,10 @@ class RankContext:
         # Under a controlled schedule, where a failpoint waits for its turn (_gate).
         self.schedule_point: Callable[[str], None] | None = None
         # Where progress (and a freeze) goes besides the event log: the supervisor's pipe.
-        self.progress_sink: Callable[[msg.Progress | msg.Frozen], None] | None = None
+        self.progress_sink: Callable[[msg.ProgressReported | msg.Frozen], None] | None = None
         self._progress_lock = threading.Lock()
         self._progress_sent = 0.0
-        self._progress_pending: msg.Progress | None = None
+        self._progress_pending: msg.ProgressReported | None = None
         self.names: tuple[str, ...] = ()
         self.name: str | None = None
         # The rank's device (a torch.device in a rank: its CUDA device under
@@ -230,7 +230,7 @@ class RankContext:
 
         Reports come at most every PROGRESS_INTERVAL seconds (the last one
         and a finished one always): a loop may call this every iteration."""
-        update = msg.Progress(done, total, unit, check_progress(done, total, unit, metrics))
+        update = msg.ProgressReported(done, total, unit, check_progress(done, total, unit, metrics))
         # Decided and sent under one lock: reports from several threads
         # reach the supervisor in the order they were let through.
         with self._progress_lock:
@@ -250,7 +250,7 @@ class RankContext:
             if update is not None:
                 self._send_progress(update)
 
-    def _send_progress(self, update: msg.Progress) -> None:
+    def _send_progress(self, update: msg.ProgressReported) -> None:
         self._events.write("progress", done=update.done, total=update.total, unit=update.unit,
                            metrics=update.metrics)
         if self.progress_sink is not None:
