@@ -32,6 +32,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
+from types import ModuleType
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from .errors import GradientMismatch, ScenarioError, WorldSpecError, clip
@@ -147,6 +148,59 @@ class Scenario(Protocol, Generic[ConfigT, RecordsT, ExpectedT]):
     def compare(self, records: RecordsT, expected: ExpectedT, config: ConfigT, seed: int) -> Comparison: ...
 
     def outcome(self, records: RecordsT, expected: ExpectedT, config: ConfigT) -> Outcome: ...
+
+
+class PackageScenario:
+    """A :class:`Scenario` made of a package split by concern, as the built-in
+    three are: the ``config`` module gives the name, the sizes, the
+    failpoints, the budget (``NAME``, ``MIN_WORLD_SIZE``,
+    ``DEFAULT_WORLD_SIZE``, ``FAILPOINTS``, ``STEPS_FIELD``, ``MIN_STEPS``),
+    ``Config`` and ``names``; the ``judge`` module gives ``records``,
+    ``contract``, ``compare`` and ``outcome``. What is the package's own
+    besides (its summary, metric, rank entry, baseline replay, fault checks,
+    and a ``validate`` or ``outcome`` of its own, if any) is passed by
+    keyword. Only the values are kept, not the modules: the object pickles
+    wherever its functions do.
+    """
+
+    def __init__(
+        self,
+        config: ModuleType,
+        judge: ModuleType,
+        *,
+        summary: str,
+        metric_name: str,
+        entry: Callable[..., Any],
+        baseline: Callable[..., Any],
+        fault_checks: Callable[[int, Any], Mapping[str, str]],
+        validate: Callable[[Any, int, int], None] | None = None,
+        outcome: Callable[..., Outcome] | None = None,
+    ) -> None:
+        self.name: str = config.NAME
+        self.summary = summary
+        self.min_world_size: int = config.MIN_WORLD_SIZE
+        self.default_world_size: int = config.DEFAULT_WORLD_SIZE
+        self.failpoints: tuple[str, ...] = config.FAILPOINTS
+        self.steps_field: str = config.STEPS_FIELD
+        self.min_steps: int = config.MIN_STEPS
+        self.metric_name = metric_name
+        self.config_type: type = config.Config
+        self.entry = entry
+        self.names = config.names
+        self.validate = validate or _valid_at_every_size
+        self.fault_checks = fault_checks
+        self.records = judge.records
+        self.contract = judge.contract
+        self.baseline = baseline
+        self.compare = judge.compare
+        self.outcome = outcome or judge.outcome
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def _valid_at_every_size(config: Any, world_size: int, seed: int) -> None:
+    """Every config that constructs runs at every size from the least: nothing more to check."""
 
 
 def _protocol_shape() -> tuple[dict[str, type], tuple[str, ...]]:

@@ -42,9 +42,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from rpc_harness.scenario import check_report, run_scenario
+from rpc_harness.scenario import PackageScenario, check_report, run_scenario
 
-from . import judge
+from . import config, judge
 from .baseline import BaselineRun, BaselineStep, baseline, default_order
 from .config import (
     DEFAULT_WORLD_SIZE,
@@ -79,55 +79,37 @@ __all__ = [
 ]
 
 
-class ParameterServerScenario:
-    """The parameter-server scenario, in the shape :class:`rpc_harness.scenario.Scenario` asks for."""
 
-    name = NAME
-    summary = "a parameter server with the MNIST CNN and concurrent trainers (dist autograd, step lease)"
-    min_world_size = MIN_WORLD_SIZE
-    default_world_size = DEFAULT_WORLD_SIZE
-    failpoints = FAILPOINTS
-    steps_field = STEPS_FIELD
-    min_steps = MIN_STEPS
-    metric_name = "accuracy"
-    config_type = Config
-    entry = staticmethod(entry)
-    names = staticmethod(names)
-    records = staticmethod(judge.records)
-    contract = staticmethod(judge.contract)
-    compare = staticmethod(judge.compare)
-
-    @staticmethod
-    def validate(config: Config, world_size: int, seed: int) -> None:
-        """Every config that constructs runs at every size from two ranks: nothing more to check."""
-
-    @staticmethod
-    def fault_checks(world_size: int, config: Config) -> dict[str, str]:
-        """The contracts ``rpc-harness run`` checks besides the clean world: a
-        slow trainer changes nothing; a killed one's lease is reclaimed and
-        the others finish (from three ranks up: someone must be left to
-        train); a killed server is named by the trainers within milliseconds."""
-        checks = {"slow": "delay:trainer1@trainer.step=0.02s"}
-        if world_size >= 3:
-            checks["kill"] = f"kill:trainer{world_size - 1}@trainer.step#{min(3, config.batches)}"
-        checks["server-kill"] = f"kill:{PS_NAME}@ps.forward#{min(4, config.batches)}"
-        return checks
-
-    @staticmethod
-    def baseline(config: Config, world_size: int, seed: int, records: judge.Records) -> BaselineRun:
-        """The baseline, replaying the server's log: step k's gradient at
-        version k, rebuilt from the seeded weights and the k recorded updates."""
-        return baseline(config, world_size, seed, order=records.order,
-                        applied=[s["grads"] for s in records.log["steps"]])
-
-    @staticmethod
-    def outcome(records: judge.Records, expected: BaselineRun, config: Config) -> Any:
-        result = judge.outcome(records, expected, config)
-        result.details["data"] = data_source(config)
-        return result
+def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
+    """The contracts ``rpc-harness run`` checks besides the clean world: a
+    slow trainer changes nothing; a killed one's lease is reclaimed and
+    the others finish (from three ranks up: someone must be left to
+    train); a killed server is named by the trainers within milliseconds."""
+    checks = {"slow": "delay:trainer1@trainer.step=0.02s"}
+    if world_size >= 3:
+        checks["kill"] = f"kill:trainer{world_size - 1}@trainer.step#{min(3, config.batches)}"
+    checks["server-kill"] = f"kill:{PS_NAME}@ps.forward#{min(4, config.batches)}"
+    return checks
 
 
-SCENARIO = ParameterServerScenario()
+def _replay_log(config: Config, world_size: int, seed: int, records: judge.Records) -> BaselineRun:
+    """The baseline, replaying the server's log: step k's gradient at
+    version k, rebuilt from the seeded weights and the k recorded updates."""
+    return baseline(config, world_size, seed, order=records.order,
+                    applied=[s["grads"] for s in records.log["steps"]])
+
+
+def _outcome(records: judge.Records, expected: BaselineRun, config: Config) -> Any:
+    result = judge.outcome(records, expected, config)
+    result.details["data"] = data_source(config)
+    return result
+
+
+SCENARIO = PackageScenario(
+    config, judge, entry=entry, baseline=_replay_log, fault_checks=_fault_checks, outcome=_outcome,
+    summary="a parameter server with the MNIST CNN and concurrent trainers (dist autograd, step lease)",
+    metric_name="accuracy",
+)
 
 
 # ``run(config=None, *, world_size=..., seed=..., faults=...)``: this scenario

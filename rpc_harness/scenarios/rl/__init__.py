@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import functools
 
-from rpc_harness.scenario import check_report, run_scenario
+from rpc_harness.scenario import PackageScenario, check_report, run_scenario
 
-from . import judge
+from . import config, judge
 from .agent import Agent, Episode, Records, Trajectory
 from .baseline import baseline
 from .config import (
@@ -76,48 +76,33 @@ __all__ = [
 ]
 
 
-class RLScenario:
-    """The RL scenario, in the shape :class:`rpc_harness.scenario.Scenario` asks for."""
 
-    name = NAME
-    summary = "distributed RL on CartPole: an agent trains with REINFORCE on its observers' episodes"
-    min_world_size = MIN_WORLD_SIZE
-    default_world_size = DEFAULT_WORLD_SIZE
-    failpoints = FAILPOINTS
-    steps_field = STEPS_FIELD
-    min_steps = MIN_STEPS
-    metric_name = "running reward"
-    config_type = Config
-    entry = staticmethod(entry)
-    names = staticmethod(names)
-    records = staticmethod(judge.records)
-    contract = staticmethod(judge.contract)
-    compare = staticmethod(judge.compare)
-    outcome = staticmethod(judge.outcome)
-
-    @staticmethod
-    def validate(config: Config, world_size: int, seed: int) -> None:
-        """Every config that constructs runs at every size from two ranks;
-        gymnasium must be installed (raises :class:`rpc_harness.MissingExtra`)."""
-        gymnasium()
-
-    @staticmethod
-    def fault_checks(world_size: int, config: Config) -> dict[str, str]:
-        """The contracts ``rpc-harness run`` checks besides the clean world:
-        a slow observer changes nothing; a killed one is dropped (from three
-        ranks up: with one observer there is nobody left to train with)."""
-        checks = {"slow": "delay:observer1@observer.run_episode=0.05s"}
-        if world_size >= 3:
-            checks["kill"] = f"kill:observer{world_size - 1}@observer.step#{min(5, config.max_steps)}"
-        return checks
-
-    @staticmethod
-    def baseline(config: Config, world_size: int, seed: int, records: Records) -> Records:
-        """The baseline, replaying the world's drop schedule."""
-        return baseline(config, world_size, seed, dropped=records.dropped)
+def _validate(config: Config, world_size: int, seed: int) -> None:
+    """Every config that constructs runs at every size from two ranks;
+    gymnasium must be installed (raises :class:`rpc_harness.MissingExtra`)."""
+    gymnasium()
 
 
-SCENARIO = RLScenario()
+def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
+    """The contracts ``rpc-harness run`` checks besides the clean world:
+    a slow observer changes nothing; a killed one is dropped (from three
+    ranks up: with one observer there is nobody left to train with)."""
+    checks = {"slow": "delay:observer1@observer.run_episode=0.05s"}
+    if world_size >= 3:
+        checks["kill"] = f"kill:observer{world_size - 1}@observer.step#{min(5, config.max_steps)}"
+    return checks
+
+
+def _replay_drops(config: Config, world_size: int, seed: int, records: Records) -> Records:
+    """The baseline, replaying the world's drop schedule."""
+    return baseline(config, world_size, seed, dropped=records.dropped)
+
+
+SCENARIO = PackageScenario(
+    config, judge, entry=entry, baseline=_replay_drops, fault_checks=_fault_checks, validate=_validate,
+    summary="distributed RL on CartPole: an agent trains with REINFORCE on its observers' episodes",
+    metric_name="running reward",
+)
 
 
 # ``run(config=None, *, world_size=..., seed=..., faults=...)``: this scenario

@@ -62,9 +62,9 @@ from __future__ import annotations
 
 import functools
 
-from rpc_harness.scenario import check_report, run_scenario
+from rpc_harness.scenario import PackageScenario, check_report, run_scenario
 
-from . import judge
+from . import config, judge
 from .baseline import baseline
 from .config import (
     DEFAULT_WORLD_SIZE,
@@ -92,50 +92,35 @@ __all__ = [
 ]
 
 
-class RNNScenario:
-    """The RNN scenario, in the shape :class:`rpc_harness.scenario.Scenario` asks for."""
 
-    name = NAME
-    summary = "the distributed RNN: remote embedding and decoder on parameter servers, LSTM on the trainers"
-    min_world_size = MIN_WORLD_SIZE
-    default_world_size = DEFAULT_WORLD_SIZE
-    failpoints = FAILPOINTS
-    steps_field = STEPS_FIELD
-    min_steps = MIN_STEPS
-    metric_name = "loss"
-    config_type = Config
-    entry = staticmethod(entry)
-    names = staticmethod(names)
-    records = staticmethod(judge.records)
-    contract = staticmethod(judge.contract)
-    compare = staticmethod(judge.compare)
-    outcome = staticmethod(judge.outcome)
-
-    @staticmethod
-    def fault_checks(world_size: int, config: Config) -> dict[str, str]:
-        """The contracts ``rpc-harness run`` checks besides the clean world:
-        a slow parameter server changes no gradient; a killed one is named by
-        the trainers within milliseconds."""
-        plan = layout(world_size)
-        return {"slow": f"delay:{plan.embedding}@ps.forward=0.01s",
-                "server-kill": f"kill:{plan.decoder}@ps.forward#3"}
-
-    @staticmethod
-    def baseline(config: Config, world_size: int, seed: int, records: judge.Records) -> judge.Records:
-        """Every trainer's baseline (a trainer's run depends on nothing the
-        world decided: the records are not needed to replay it)."""
-        return baseline(config, world_size, seed)
-
-    @staticmethod
-    def validate(config: Config, world_size: int, seed: int) -> None:
-        """Each trainer's shard of the corpus must fill two rows of a batch;
-        raises ValueError naming the fix before any rank starts."""
-        trainers = len(layout(world_size).trainers)
-        for index in range(trainers):
-            batches(config, seed, index, trainers)
+def _validate(config: Config, world_size: int, seed: int) -> None:
+    """Each trainer's shard of the corpus must fill two rows of a batch;
+    raises ValueError naming the fix before any rank starts."""
+    trainers = len(layout(world_size).trainers)
+    for index in range(trainers):
+        batches(config, seed, index, trainers)
 
 
-SCENARIO = RNNScenario()
+def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
+    """The contracts ``rpc-harness run`` checks besides the clean world:
+    a slow parameter server changes no gradient; a killed one is named by
+    the trainers within milliseconds."""
+    plan = layout(world_size)
+    return {"slow": f"delay:{plan.embedding}@ps.forward=0.01s",
+            "server-kill": f"kill:{plan.decoder}@ps.forward#3"}
+
+
+def _each_trainer_alone(config: Config, world_size: int, seed: int, records: judge.Records) -> judge.Records:
+    """Every trainer's baseline (a trainer's run depends on nothing the
+    world decided: the records are not needed to replay it)."""
+    return baseline(config, world_size, seed)
+
+
+SCENARIO = PackageScenario(
+    config, judge, entry=entry, baseline=_each_trainer_alone, fault_checks=_fault_checks, validate=_validate,
+    summary="the distributed RNN: remote embedding and decoder on parameter servers, LSTM on the trainers",
+    metric_name="loss",
+)
 
 
 # ``run(config=None, *, world_size=..., seed=..., faults=...)``: this scenario
