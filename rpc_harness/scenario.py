@@ -43,7 +43,7 @@ from .progress import Progress
 from .repro import Repro, scenario_call
 from .result import WorldResult
 from .schedule import replay_spec
-from .spec import resolve_names
+from .spec import check_world_size, resolve_names
 
 ENTRY_POINT_GROUP = "rpc_harness.scenarios"
 MISMATCHES_SHOWN = 10
@@ -308,18 +308,12 @@ def resolve(scenario: Scenario | str) -> Scenario:
 
 
 def require_world_size(scenario: str, world_size: object, minimum: int, roles: str) -> int:
-    """``world_size`` if it is a whole number in ``minimum..MAX_WORLD_SIZE``;
-    the one error every scenario raises otherwise (``roles`` says what the
-    smallest world holds, e.g. "an agent and an observer")."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise WorldSpecError(f"{scenario}: invalid world_size {clip(world_size)}; use a whole number")
-    if world_size < minimum:
-        raise WorldSpecError(
-            f"{scenario}: invalid world_size {world_size}; the scenario needs >= {minimum} ranks ({roles})"
-        )
-    if world_size > MAX_WORLD_SIZE:
-        raise WorldSpecError(f"{scenario}: invalid world_size {world_size}; use at most {MAX_WORLD_SIZE}")
-    return world_size
+    """``world_size`` if it is a whole number in ``minimum..MAX_WORLD_SIZE``:
+    :func:`rpc_harness.spec.check_world_size` in a scenario's words
+    (``roles`` says what the smallest world holds, e.g. "an agent and an
+    observer")."""
+    return check_world_size(world_size, where=scenario, minimum=minimum,
+                            needs=f"the scenario needs >= {minimum} ranks ({roles})")
 
 
 def world_names(scenario: Scenario, world_size: object, *, where: str = "") -> tuple[str, ...]:

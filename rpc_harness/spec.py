@@ -96,7 +96,9 @@ def make_spec(
     if spawned and (names is None or isinstance(names, str)):
         if names is not None:
             raise WorldSpecError(f"{where}: a spawned program names its workers itself; give names as a list")
-        resolved_names = ("",) * _checked_size(world_size, where=where, what="nprocs")
+        if world_size is None:
+            raise WorldSpecError(f"{where}: give nprocs")
+        resolved_names = ("",) * check_world_size(world_size, where=where, what="nprocs")
     else:
         resolved_names = resolve_names(world_size, names, where=where)
     checked = WorldOptions.from_values(options, where=where)
@@ -153,11 +155,21 @@ def check_call_points(plan: FaultPlan, *, where: str) -> None:
                 raise FaultPlanError(f"{where}: {fault}: {problem}")
 
 
-def _checked_size(world_size: int | None, *, where: str, what: str) -> int:
-    if world_size is None:
-        raise WorldSpecError(f"{where}: give {what}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise WorldSpecError(f"{where}: invalid {what} {clip(world_size)}; use 1..{MAX_WORLD_SIZE}")
+def check_world_size(
+    world_size: object, *, where: str, what: str = "world_size", minimum: int = 1, needs: str = ""
+) -> int:
+    """``world_size`` if it is a whole number in ``minimum..MAX_WORLD_SIZE``;
+    otherwise the one :class:`WorldSpecError` every door raises, naming
+    ``where`` the value came from and ``what`` it is called there (``nprocs``
+    for a spawned program). ``needs`` says why a smaller world cannot work
+    (a scenario: "the scenario needs >= 2 ranks (an agent and an observer)")."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise WorldSpecError(f"{where}: invalid {what} {clip(world_size)}; use a whole number in "
+                             f"{minimum}..{MAX_WORLD_SIZE}")
+    if world_size < minimum:
+        raise WorldSpecError(f"{where}: invalid {what} {world_size}; {needs or f'use {minimum}..{MAX_WORLD_SIZE}'}")
+    if world_size > MAX_WORLD_SIZE:
+        raise WorldSpecError(f"{where}: invalid {what} {world_size}; use at most {MAX_WORLD_SIZE}")
     return world_size
 
 
@@ -167,10 +179,7 @@ def resolve_names(
     """Worker names, one per rank: ``worker{rank}`` by default, a list, or a
     template such as ``"node{rank}"``."""
     if world_size is not None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int):
-            raise WorldSpecError(f"{where}: invalid world_size {clip(world_size)}; use a whole number >= 1")
-        if not 1 <= world_size <= MAX_WORLD_SIZE:
-            raise WorldSpecError(f"{where}: invalid world_size {world_size}; use 1..{MAX_WORLD_SIZE}")
+        check_world_size(world_size, where=where)
     if names is None or isinstance(names, str):
         if world_size is None:
             raise WorldSpecError(f"{where}: give world_size (or a list of names)")

@@ -41,7 +41,6 @@ from rpc_harness.interrupts import terminate_as_interrupt
 from rpc_harness.options import (
     COMMAND_LINE_DEADLINE,
     DEFAULT_DEADLINE,
-    MAX_WORLD_SIZE,
     add_option,
     whole_argument,
 )
@@ -50,6 +49,7 @@ from rpc_harness.repro import Repro, decode, scenario_call
 from rpc_harness.scenario import Scenario, ScenarioReport
 from rpc_harness.schedule import parse as parse_schedule
 from rpc_harness.seeds import fresh_seed
+from rpc_harness.spec import check_world_size
 
 from .bench import SECTIONS
 
@@ -249,11 +249,8 @@ def check_run_input(args: argparse.Namespace) -> None:
     if args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
     for size in args.world_size or ():
-        if size < 1:
-            raise WorldSpecError(f"-n {size}: invalid world_size {size}; a world has 1 rank or more (each "
-                                 "scenario's least: `rpc-harness list`)")
-        if size > MAX_WORLD_SIZE:
-            raise WorldSpecError(f"-n {size}: invalid world_size {size}; use at most {MAX_WORLD_SIZE}")
+        check_world_size(size, where=f"-n {size}",
+                         needs="a world has 1 rank or more (each scenario's least: `rpc-harness list`)")
     if args.steps is not None and args.steps < 1:
         raise WorldSpecError(f"--steps {args.steps}: the training budget must be a whole number >= 1")
     for pair in args.set:
