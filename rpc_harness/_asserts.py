@@ -7,7 +7,7 @@ elsewhere: in the world's forkserver (preloaded) or in the rank itself, where
 no hook is, so a failing ``assert a == b`` in an entry said only the message
 its author wrote, or nothing.
 
-So the test process describes its hook (:func:`session_spec`: the
+So the test process describes its hook (:func:`session_rewriting`: the
 ``python_files`` patterns, the modules marked for rewriting, the ini values
 and verbosity pytest's explanations read) and the ranks install pytest's own
 hook, ``_pytest.assertion.rewrite.AssertionRewritingHook``, described alike
@@ -47,7 +47,7 @@ _OURS = ("rpc_harness",)
 _hook: Any = None  # the rewriting hook this process installed, if any
 
 
-def session_spec(config: Any) -> dict[str, Any] | None:
+def session_rewriting(config: Any) -> dict[str, Any] | None:
     """In the test process: what a rank needs to rewrite asserts as this
     session does, as plain data (it travels in an environment variable and in
     every rank's boot); None when the session does not rewrite
@@ -105,10 +105,10 @@ def _covered(name: str, marked: Iterable[str]) -> bool:
 
 class RankConfig:
     """The few parts of a pytest ``Config`` that pytest's rewriting hook and
-    its explanations read, from a :func:`session_spec` (a rank has no
+    its explanations read, from a :func:`session_rewriting` (a rank has no
     session, no plugins and no terminal)."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any]) -> None:
         from types import SimpleNamespace
 
         from _pytest.assertion.rewrite import assertstate_key
@@ -116,11 +116,11 @@ class RankConfig:
 
         # Unset truncation limits read as None in pytest too (its defaults apply).
         self._ini: dict[str, Any] = {"truncation_limit_lines": None, "truncation_limit_chars": None,
-                                     **spec.get("ini", {})}
-        self._ini["python_files"] = list(spec["python_files"])
+                                     **settings.get("ini", {})}
+        self._ini["python_files"] = list(settings["python_files"])
         # The pass hook calls plugins, which a rank has none of.
         self._ini["enable_assertion_pass_hook"] = False
-        self._verbosity = int(spec.get("verbosity", 0))
+        self._verbosity = int(settings.get("verbosity", 0))
         self.stash = Stash()
         self.stash[assertstate_key] = SimpleNamespace(mode="rewrite", trace=_no_trace, hook=None)
         # No terminal reporter: explanations in plain text, never coloured.
@@ -155,8 +155,8 @@ def _no_trace(*args: Any) -> None:
     pass
 
 
-def apply(spec: dict[str, Any] | None) -> None:
-    """Rewrite asserts in this process as ``spec`` says, from now on:
+def apply(settings: dict[str, Any] | None) -> None:
+    """Rewrite asserts in this process as ``settings`` say, from now on:
     install pytest's hook described by it (replacing one installed before)
     and set the explanation of comparisons; ``None`` removes them. Modules
     imported already keep the code they were loaded with."""
@@ -166,14 +166,14 @@ def apply(spec: dict[str, Any] | None) -> None:
             sys.meta_path.remove(_hook)
         _hook = None
         _set_explanations(None)
-    if spec is None:
+    if settings is None:
         return
     try:
         from _pytest.assertion.rewrite import AssertionRewritingHook
 
-        config = RankConfig(spec)
+        config = RankConfig(settings)
         hook = AssertionRewritingHook(config)  # type: ignore[arg-type]
-        hook.mark_rewrite(*spec.get("modules", ()))
+        hook.mark_rewrite(*settings.get("modules", ()))
         _set_explanations(config)
     except Exception:  # noqa: BLE001 - a pytest whose internals differ: plain asserts, as before
         _set_explanations(None)

@@ -32,7 +32,7 @@ class Boot:
     spawned: bool = False
     master_port: int = 0
     netns: Any = None  # the world's network namespace (_netns.Namespace), if it has one
-    asserts: dict[str, Any] | None = None  # how its session rewrites asserts (rpc_harness._asserts.session_spec)
+    asserts: dict[str, Any] | None = None  # how its session rewrites asserts (rpc_harness._asserts.session_rewriting)
 
     @property
     def seed(self) -> int:

@@ -62,17 +62,17 @@ def preload(*modules: str) -> None:
             _PRELOAD.append(module)
 
 
-# How the ranks rewrite asserts (rpc_harness._asserts.session_spec): set by the
+# How the ranks rewrite asserts (rpc_harness._asserts.session_rewriting): set by the
 # pytest plugin for its session, None outside pytest.
 _asserts: dict[str, Any] | None = None
 
 
-def rewrite_asserts(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Have ranks rewrite asserts as ``spec`` says (a session's
-    :func:`rpc_harness._asserts.session_spec`; None: not at all); returns the
+def rewrite_asserts(settings: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Have ranks rewrite asserts as ``settings`` say (a session's
+    :func:`rpc_harness._asserts.session_rewriting`; None: not at all); returns the
     previous setting. A forkserver not started yet takes it too."""
     global _asserts
-    previous, _asserts = _asserts, spec
+    previous, _asserts = _asserts, settings
     return previous
 
 

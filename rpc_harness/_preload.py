@@ -41,8 +41,8 @@ from ._cuda_fork import PreloadWatch, write_culprits
 from ._launcher import PRELOAD_ENV
 from ._workdirs import sweep
 
-_spec = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
-_parent = _spec.get("parent", os.getppid())
+_settings = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
+_parent = _settings.get("parent", os.getppid())
 _PARENT_POLL = 0.1  # seconds; a parent gone is noticed within this
 
 
@@ -68,23 +68,23 @@ atexit.register(_sweep_if_orphaned)
 _preloaded = threading.Event()
 _watcher = threading.Thread(target=_watch_parent, args=(_preloaded,), name="rpc-harness-parent-watch", daemon=True)
 _watcher.start()
-if _spec.get("sys_path"):
-    sys.path[:] = _spec["sys_path"]
-_base = set(_spec.get("base", ()))
+if _settings.get("sys_path"):
+    sys.path[:] = _settings["sys_path"]
+_base = set(_settings.get("base", ()))
 _rewriting = False
 _watch = PreloadWatch()
-for _name in _spec.get("modules", []):
+for _name in _settings.get("modules", []):
     if not _rewriting and _name not in _base:
         # After the harness's own modules (torch among them), before the
         # session's (pytest, test modules, rpc_preload): those load as pytest
         # rewrote them, and none of them may initialize CUDA here.
         _rewriting = True
         _watch.start()
-        if _spec.get("asserts") is not None:
+        if _settings.get("asserts") is not None:
             try:
                 from ._asserts import apply
 
-                apply(_spec["asserts"])
+                apply(_settings["asserts"])
             except BaseException:  # noqa: BLE001, S110 - each rank tries again, and reports
                 pass
     _watch.module = _name
@@ -96,8 +96,8 @@ for _name in _spec.get("modules", []):
         sys.modules.pop(_name, None)  # each rank imports it itself, where CUDA is allowed
 _watch.module = None
 _watch.stop()
-if _spec.get("cuda_report"):
-    write_culprits(_spec["cuda_report"], _watch.culprits)
+if _settings.get("cuda_report"):
+    write_culprits(_settings["cuda_report"], _watch.culprits)
 
 # The forkserver's loop watches the parent from here on; and no thread may
 # be left running when it forks ranks.

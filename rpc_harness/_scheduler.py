@@ -89,9 +89,9 @@ class _Timers:
 class Scheduler:
     """Chooses, one step at a time, which task of a controlled world runs."""
 
-    def __init__(self, spec: ScheduleSpec, seed: int, world_size: int, send: Callable[[int, object], None],
+    def __init__(self, schedule: ScheduleSpec, seed: int, world_size: int, send: Callable[[int, object], None],
                  clock: Callable[[], float]) -> None:
-        self.spec = spec
+        self.schedule = schedule
         self.send = send
         self.clock = clock
         self.rng = random.Random(derive_seed(seed, "schedule"))
@@ -125,7 +125,7 @@ class Scheduler:
         self.halted = False  # the world is failing: no more steps (how many more would be the clock's choice)
         self.note = ""  # why control was given up, if it was
         self._occurrences: dict[tuple[str, str], int] = {}
-        self._strategy = _strategy(spec, self)
+        self._strategy = _strategy(schedule, self)
 
     # -- what the ranks say ---------------------------------------------------------------
     def on_message(self, rank: int, message: msg.ToScheduler) -> None:
@@ -374,8 +374,8 @@ class Scheduler:
         key = (task.id, point)
         self._occurrences[key] = self._occurrences.get(key, 0) + 1
         self.last = task
-        if self.spec.kind == "replay" and index < len(self.spec.steps) and not self.problems:
-            expected_task, expected_point = self.spec.steps[index]
+        if self.schedule.kind == "replay" and index < len(self.schedule.steps) and not self.problems:
+            expected_task, expected_point = self.schedule.steps[index]
             if (task.id, point) != (expected_task, expected_point):
                 self._diverged(f"step {index}: expected {expected_task} to reach {expected_point}, "
                                f"{task.id} ({task.label}) reached {point}")
@@ -385,10 +385,10 @@ class Scheduler:
 
     def finish(self) -> None:
         """The world is over: a replay that took fewer or more steps diverged."""
-        if self.spec.kind == "replay" and self.controlled and not self.problems:
-            if len(self.steps) != len(self.spec.steps):
+        if self.schedule.kind == "replay" and self.controlled and not self.problems:
+            if len(self.steps) != len(self.schedule.steps):
                 self._diverged(f"the world took {len(self.steps)} steps; the recorded schedule has "
-                               f"{len(self.spec.steps)}")
+                               f"{len(self.schedule.steps)}")
 
     # -- giving up control ----------------------------------------------------------------------------
     def busy(self) -> bool:
@@ -440,13 +440,13 @@ class Scheduler:
 # -- strategies ----------------------------------------------------------------------------------
 
 
-def _strategy(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
-    if spec.kind == "pct":
-        return _pct(spec, scheduler)
-    if spec.kind == "replay":
-        return _replay(spec, scheduler)
-    if spec.kind == "guide":
-        return _guide(spec, scheduler)
+def _strategy(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+    if schedule.kind == "pct":
+        return _pct(schedule, scheduler)
+    if schedule.kind == "replay":
+        return _replay(schedule, scheduler)
+    if schedule.kind == "guide":
+        return _guide(schedule, scheduler)
     return _random_walk(scheduler)
 
 
@@ -457,13 +457,13 @@ def _random_walk(scheduler: Scheduler) -> Callable[[list[Task]], Task]:
     return choose
 
 
-def _pct(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+def _pct(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
     """PCT: a priority per task (from the seed and the task's id, so not
     from the order tasks arrive in), the highest ready one runs; at depth-1
     change points, drawn over the expected number of steps, the task that
     just ran drops below every other."""
-    length = spec.length or PCT_DEFAULT_LENGTH
-    changes = sorted(scheduler.rng.sample(range(1, max(length, spec.depth)), spec.depth - 1))
+    length = schedule.length or PCT_DEFAULT_LENGTH
+    changes = sorted(scheduler.rng.sample(range(1, max(length, schedule.depth)), schedule.depth - 1))
     lowered: dict[str, int] = {}
 
     def priority(task: Task) -> float:
@@ -482,11 +482,11 @@ def _pct(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Tas
     return choose
 
 
-def _replay(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+def _replay(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
     def choose(ready: list[Task]) -> Task:
         step = len(scheduler.steps)
-        if step < len(spec.steps):
-            expected = spec.steps[step][0]
+        if step < len(schedule.steps):
+            expected = schedule.steps[step][0]
             for task in ready:
                 if task.id == expected:
                     return task
@@ -496,18 +496,18 @@ def _replay(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], 
                                     f"ready: {shown}")
         elif not scheduler.problems:
             shown = ", ".join(f"{t.id} ({t.label}) at {t.point}" for t in ready)
-            scheduler._diverged(f"step {step}: the recorded schedule ended after {len(spec.steps)} steps, "
+            scheduler._diverged(f"step {step}: the recorded schedule ended after {len(schedule.steps)} steps, "
                                 f"but the world went on: {shown} could run")
         return _continuing(scheduler, ready)
 
     return choose
 
 
-def _guide(spec: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
+def _guide(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
     """Follow the choices of a recorded schedule where the same moment comes
     (the same task at the same point for the same time), else go on with
     the task that ran: how shrinking drops one preemption at a time."""
-    prefer = {(prev, point, n): chosen for prev, point, n, chosen in spec.prefs}
+    prefer = {(prev, point, n): chosen for prev, point, n, chosen in schedule.prefs}
 
     def choose(ready: list[Task]) -> Task:
         last = scheduler.steps[-1] if scheduler.steps else None
@@ -539,9 +539,9 @@ STALL_SECONDS = 3.0
 class ScheduleLink:
     """The scheduler and its pipes to the ranks, as the supervisor drives them."""
 
-    def __init__(self, spec: ScheduleSpec, seed: int, world_size: int, clock: Callable[[], float]) -> None:
+    def __init__(self, schedule: ScheduleSpec, seed: int, world_size: int, clock: Callable[[], float]) -> None:
         self.conns: list[object | None] = []
-        self.scheduler = Scheduler(spec, seed, world_size, self._send, clock)
+        self.scheduler = Scheduler(schedule, seed, world_size, self._send, clock)
         self.heard = clock()  # the last message, or the last time a rank thread could run
         self.clock = clock
 

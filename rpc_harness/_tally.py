@@ -79,7 +79,7 @@ def _never_fired(fault: Fault, outcome: RankOutcome | None) -> str:
     head = f"fault {fault} {NEVER_FIRED}"
     if outcome is None:
         return f"{head}: no rank is called {fault.target!r}"
-    if not fault.spec.at_failpoint:
+    if not fault.traits.at_failpoint:
         return (f"{head}: {fault.target} sent no {fault.point} message the plan could fail or delay "
                 "(inside a dist_autograd context calls travel as FORWARD_AUTOGRAD_REQ); "
                 "mark it optional with '?' if that is expected")

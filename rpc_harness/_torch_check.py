@@ -263,8 +263,8 @@ def _optimizer_step() -> None:
         if not callable(step):
             raise Mismatch("torch.distributed.optim.DistributedOptimizer has no step")
         return
-    spec = importlib.util.find_spec("torch.distributed.optim")
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    found = importlib.util.find_spec("torch.distributed.optim")
+    folders = list(found.submodule_search_locations or []) if found is not None else []
     for folder in folders:
         for filename in sorted(os.listdir(folder)):
             if not filename.endswith(".py"):

@@ -204,7 +204,7 @@ class RankContext:
         mine = self.faults.for_target(name)
         with self._lock:
             for fault in mine:
-                if fault.spec.at_failpoint:
+                if fault.traits.at_failpoint:
                     self._armed.setdefault(fault.point, []).append(fault)
             self._count_all = bool(mine)
 

@@ -76,7 +76,7 @@ class Exploration:
     def replay_schedule(self) -> str:
         """The ``schedule`` value that replays the shrunk failure step for step."""
         best = self.shrunk or self.found
-        return S.replay_spec(best.world.schedule) if best is not None and best.world is not None else ""
+        return S.replay_schedule(best.world.schedule) if best is not None and best.world is not None else ""
 
     def summary(self) -> list[str]:
         """A few lines: what was tried, what failed, the shrunk schedule."""

@@ -207,7 +207,7 @@ SYNTAX = "KIND:TARGET@POINT[#HIT[+]][?][=ARG], e.g. kill:trainer2@trainer.step#3
 def uses_faulty_agent(plan: Iterable[Fault], fuzz: float) -> bool:
     """Whether a world runs torch's FaultyTensorPipe agent: when its plan has
     message faults or it fuzzes the schedule (which delays sends)."""
-    return bool(fuzz) or any(f.spec.faulty_agent for f in plan)
+    return bool(fuzz) or any(f.traits.faulty_agent for f in plan)
 
 
 def is_code_point(point: str) -> bool:
@@ -232,8 +232,8 @@ class Fault:
         _check_fault(self, where=clip(f"{self.kind}:{self.target}@{self.point}"))
 
     @property
-    def spec(self) -> FaultKind:
-        """What this fault's kind is (see :data:`FAULT_KINDS`)."""
+    def traits(self) -> FaultKind:
+        """What this fault's kind is like: its row of :data:`FAULT_KINDS`."""
         return FAULT_KINDS[self.kind]
 
     @property
@@ -247,11 +247,11 @@ class Fault:
 
     def __str__(self) -> str:
         text = f"{self.kind}:{self.target}@{self.point}"
-        if self.spec.at_failpoint:
+        if self.traits.at_failpoint:
             text += f"#{self.hit}" + ("+" if self.repeat else "")
         if self.optional:
             text += "?"
-        arg = self.spec.argument.text(self.arg)
+        arg = self.traits.argument.text(self.arg)
         return text if arg is None else f"{text}={arg}"
 
 
@@ -309,7 +309,7 @@ class FaultPlan:
 
     def kill_targets(self) -> frozenset[str]:
         """Worker names the plan may kill (or freeze, which ends in a kill)."""
-        return frozenset(f.target for f in self.faults if f.spec.ends_rank)
+        return frozenset(f.target for f in self.faults if f.traits.ends_rank)
 
     def validate(
         self,
@@ -340,7 +340,7 @@ class FaultPlan:
                     f"{where}: {clip(str(fault))} targets unknown worker {clip(fault.target)}; "
                     f"this world's workers are {', '.join(names)}"
                 )
-            if failpoints is not None and fault.spec.at_failpoint and is_code_point(fault.point):
+            if failpoints is not None and fault.traits.at_failpoint and is_code_point(fault.point):
                 if fault.point not in failpoints:
                     raise FaultPlanError(
                         f"{where}: {clip(str(fault))} names unknown failpoint {clip(fault.point)}; "

@@ -321,17 +321,17 @@ class WorldOptions:
 
     def given(self) -> Iterator[tuple[str, Any]]:
         """``(name, value)`` of every option that is not its default, in declaration order."""
-        for spec in dataclasses.fields(self):
-            value = getattr(self, spec.name)
-            if value != spec.default:
-                yield spec.name, value
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                yield f.name, value
 
 
-DECLARED: dict[str, Option] = {spec.name: spec.metadata["option"] for spec in dataclasses.fields(WorldOptions)}
+DECLARED: dict[str, Option] = {f.name: f.metadata["option"] for f in dataclasses.fields(WorldOptions)}
 NAMES: tuple[str, ...] = tuple(DECLARED)
 # The world's shape: not options, but the marker and the doors take them too.
 SHAPE = ("world_size", "names")
-MARKER_KEYS: tuple[str, ...] = SHAPE + tuple(name for name, spec in DECLARED.items() if spec.marker)
+MARKER_KEYS: tuple[str, ...] = SHAPE + tuple(name for name, option in DECLARED.items() if option.marker)
 
 
 def arguments(scope: Mapping[str, Any]) -> dict[str, Any]:
@@ -345,18 +345,18 @@ def add_option(parser: argparse.ArgumentParser, name: str, *, default: Any = Non
     """World option ``name`` as a flag of a command (``rpc-harness run``, the
     torchrun runner): read and checked as every door reads and checks it; a
     bad value exits 2 naming the flag."""
-    spec = DECLARED[name]
-    flag = spec.command_line
+    option = DECLARED[name]
+    flag = option.command_line
     assert flag is not None, f"world option {name} has no command-line flag"
 
     def read(text: str) -> Any:
         try:
-            return spec.read(text, flag)
+            return option.read(text, flag)
         except ValueError as error:  # WorldSpecError, FaultPlanError
             message = str(error).removeprefix(f"{flag}: ").removeprefix(f"{name}: ")
             raise argparse.ArgumentTypeError(message) from None
 
-    parser.add_argument(flag, type=read, default=default, required=required, help=help or spec.help)
+    parser.add_argument(flag, type=read, default=default, required=required, help=help or option.help)
 
 
 def whole_argument(text: str) -> int:

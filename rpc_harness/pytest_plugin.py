@@ -46,7 +46,7 @@ MARKER_HELP = (
     "the rpc_world fixture"
 )
 # World options a session sets for every world (a pytest flag and ini key each).
-SESSION_OPTIONS = {name: spec for name, spec in DECLARED.items() if spec.flag}
+SESSION_OPTIONS = {name: option for name, option in DECLARED.items() if option.flag}
 
 
 def _dest(flag: str) -> str:
@@ -66,7 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # Each ini key typed as its option's text form is (a TOML config gives
     # numbers as numbers); the seed's is the one world option the plugin owns.
     flags = [(SEED_OPTION, SEED_HELP, DECLARED["seed"].parse)]
-    flags += [(spec.flag, spec.help, spec.parse) for spec in SESSION_OPTIONS.values()]
+    flags += [(option.flag, option.help, option.parse) for option in SESSION_OPTIONS.values()]
     for flag, text, parse in flags + [(TRACE_OPTION, TRACE_HELP, None)]:
         assert flag is not None
         group.addoption(flag, dest=_dest(flag), default=None, help=text)
@@ -140,7 +140,7 @@ def _command_line_flags(config: pytest.Config) -> list[tuple[str, str]]:
     """The world options given on this session's command line, as typed:
     a replay line without them would run other worlds (a free schedule for
     a controlled one, no fuzz)."""
-    given = ((spec.flag, config.getoption(_dest(spec.flag))) for spec in SESSION_OPTIONS.values() if spec.flag)
+    given = ((option.flag, config.getoption(_dest(option.flag))) for option in SESSION_OPTIONS.values() if option.flag)
     return [(flag, str(value)) for flag, value in given if value is not None]
 
 
@@ -172,12 +172,12 @@ def _session_values(config: pytest.Config) -> dict[str, tuple[Any, str]]:
     from .errors import WorldSpecError
 
     values = {}
-    for option, spec in SESSION_OPTIONS.items():
-        raw, where = _session_setting(config, spec.flag)  # type: ignore[arg-type]
+    for name, option in SESSION_OPTIONS.items():
+        raw, where = _session_setting(config, option.flag)  # type: ignore[arg-type]
         if raw is None:
             continue
         try:
-            values[option] = (spec.read(raw, where) if isinstance(raw, str) else spec.check(raw, where), where)
+            values[name] = (option.read(raw, where) if isinstance(raw, str) else option.check(raw, where), where)
         except WorldSpecError as error:
             raise pytest.UsageError(str(error)) from None
     return values
@@ -233,7 +233,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     and the test modules whose tests use ``rpc_world`` (and ``rpc_preload``),
     which every rank running one of their entries would import otherwise
     (measured: a 4-rank world ~60 % slower without)."""
-    from ._asserts import session_spec
+    from ._asserts import session_rewriting
     from ._launcher import preload, rewrite_asserts
 
     modules = {item.module.__name__ for item in session.items
@@ -250,7 +250,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # Ranks rewrite asserts as this session does (the modules it rewrote
     # are known by now); the session before it (pytester's outer one) gets
     # its own back at the end.
-    session.config.stash[_asserts_key] = rewrite_asserts(session_spec(session.config))
+    session.config.stash[_asserts_key] = rewrite_asserts(session_rewriting(session.config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -54,7 +54,7 @@ _SCENARIO_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _MAX_TOKEN = 1 << 20  # a token longer than this is not one we printed
 # The token fields that are not world options (those are named in options.py).
 _SHAPE_FIELDS = {"n", "s", "e", "k", "names", "c", "p", "a", "w", "m"}
-_OPTION_BY_FIELD = {spec.token: name for name, spec in DECLARED.items() if spec.token}
+_OPTION_BY_FIELD = {option.token: name for name, option in DECLARED.items() if option.token}
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,10 @@ class Repro:
             raise ReplayError("a repro names exactly one of a scenario or an entry")
         checked = {}
         for name, value in self.options.items():
-            spec = DECLARED.get(name)
-            if spec is None or spec.token is None or name == "seed":
+            option = DECLARED.get(name)
+            if option is None or option.token is None or name == "seed":
                 raise ReplayError(f"a repro cannot carry the world option {name!r}")
-            value = spec.check(value, f"repro option {name}")
+            value = option.check(value, f"repro option {name}")
             if value != WorldOptions.__dataclass_fields__[name].default:
                 checked[name] = value
         object.__setattr__(self, "options", checked)
@@ -136,8 +136,8 @@ class Repro:
         if self.modules:
             data["m"] = [list(pair) for pair in self.modules]
         for name, value in self.options.items():
-            spec = DECLARED[name]
-            data[spec.token] = spec.plain(value)  # type: ignore[index]
+            option = DECLARED[name]
+            data[option.token] = option.plain(value)  # type: ignore[index]
         raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
         body = base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
         return f"{PREFIX}{VERSION}_{body}"
@@ -178,9 +178,9 @@ def replaying(spec: WorldSpec, steps: Sequence[Any]) -> WorldSpec:
     where, if the world no longer does)."""
     import dataclasses
 
-    from .schedule import replay_spec
+    from .schedule import replay_schedule
 
-    return dataclasses.replace(spec, options=dataclasses.replace(spec.options, schedule=replay_spec(steps)))
+    return dataclasses.replace(spec, options=dataclasses.replace(spec.options, schedule=replay_schedule(steps)))
 
 
 def python_call(spec: WorldSpec, *, modules: Sequence[tuple[str, str]] = ()) -> str:

@@ -42,7 +42,7 @@ from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE, check_devices, whole_numb
 from .progress import Progress
 from .repro import Repro, scenario_call
 from .result import WorldResult
-from .schedule import replay_spec
+from .schedule import replay_schedule
 from .spec import check_world_size, resolve_names
 
 ENTRY_POINT_GROUP = "rpc_harness.scenarios"
@@ -394,9 +394,10 @@ def parse_overrides(
     return out
 
 
-def _typed(text: str, spec: dataclasses.Field, where: str) -> Any:
-    default = spec.default
-    annotation = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
+def _typed(text: str, declared: dataclasses.Field, where: str) -> Any:
+    default = declared.default
+    annotation = declared.type if isinstance(declared.type, str) else getattr(declared.type, "__name__",
+                                                                              str(declared.type))
     optional = default is None or "None" in annotation
     if optional and text.lower() == "none":
         return None
@@ -534,7 +535,7 @@ def run_scenario(
     )
     report = judge(sc, world, cfg)
     if world.schedule:  # a controlled world: its replay lines take its steps exactly
-        repro = dataclasses.replace(repro, options=dict(repro.options, schedule=replay_spec(world.schedule)))
+        repro = dataclasses.replace(repro, options=dict(repro.options, schedule=replay_schedule(world.schedule)))
         python = scenario_call(repro)
         world.repro = f"{repro.command()}\n    or: {python}"
     report.replay, report.python_replay = repro.command(), python

@@ -18,8 +18,8 @@ each point the supervisor chooses the next task, with the world's seed:
 - ``replay:...``: the steps of a schedule recorded before, one for one; a
   world that no longer takes them fails, saying at which step it diverged.
 
-This module holds what describes a schedule (its spec, its steps, digests,
-the replay form, how it reads); ``_scheduler`` decides, ``_gate`` is the
+This module holds what describes a schedule (its parsed form, its steps,
+digests, the replay form, how it reads); ``_scheduler`` decides, ``_gate`` is the
 rank's side, ``explore`` searches and shrinks.
 """
 
@@ -149,7 +149,7 @@ def pairs(steps: Sequence[Step]) -> list[tuple[str, str]]:
     return [(step.task, step.point) for step in steps]
 
 
-def replay_spec(steps: Sequence[Step] | Sequence[tuple[str, str]]) -> str:
+def replay_schedule(steps: Sequence[Step] | Sequence[tuple[str, str]]) -> str:
     """The ``schedule`` value that takes exactly these steps again."""
     pairs_of = [(s.task, s.point) if isinstance(s, Step) else (s[0], s[1]) for s in steps]
     tasks: dict[str, int] = {}

@@ -182,7 +182,7 @@ def build_plan(text: str | None, names: Sequence[str], failpoints: Sequence[str]
     """Parse and check ``--faults`` for this world; refuse what torchrun cannot judge."""
     plan = FaultPlan.parse(text, where="--faults")
     plan.validate(names, failpoints=failpoints, where="--faults")
-    refused = [str(f) for f in plan if not f.spec.under_torchrun]
+    refused = [str(f) for f in plan if not f.traits.under_torchrun]
     if refused:
         *most, last = [name for name, kind in FAULT_KINDS.items() if not kind.under_torchrun]
         kinds = f"{', '.join(most)} and {last}" if most else last

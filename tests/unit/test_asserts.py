@@ -15,9 +15,9 @@ SOURCE = "def check():\n    got = [1, 2, 3]\n    assert got == [1, 2, 4]\n"
 
 
 @pytest.fixture
-def spec(pytestconfig):
+def settings(pytestconfig):
     """This session's, as the plugin hands it to ranks, aimed at the files here."""
-    described = _asserts.session_spec(pytestconfig)
+    described = _asserts.session_rewriting(pytestconfig)
     if described is None:
         pytest.skip("this session does not rewrite asserts (--assert=plain)")
     assert set(described) == {"python_files", "modules", "ini", "verbosity"}
@@ -45,8 +45,8 @@ def raised(function):
     return str(caught.value)
 
 
-def test_matching_and_registered_modules_are_rewritten_and_explained_others_are_not(isolated, spec):
-    _asserts.apply(spec)
+def test_matching_and_registered_modules_are_rewritten_and_explained_others_are_not(isolated, settings):
+    _asserts.apply(settings)
     import plain_helper
     import rankcheck_lists
     import registered_helper
@@ -58,8 +58,8 @@ def test_matching_and_registered_modules_are_rewritten_and_explained_others_are_
     assert raised(plain_helper.check) == ""
 
 
-def test_none_takes_the_hook_and_the_explanations_away(isolated, spec):
-    _asserts.apply(spec)
+def test_none_takes_the_hook_and_the_explanations_away(isolated, settings):
+    _asserts.apply(settings)
     hook = _asserts._hook
     assert hook in sys.meta_path and util._reprcompare is not None
     _asserts.apply(None)
@@ -67,12 +67,12 @@ def test_none_takes_the_hook_and_the_explanations_away(isolated, spec):
     assert util._reprcompare is None and util._config is None
 
 
-def test_a_pytest_whose_hook_cannot_be_built_leaves_asserts_plain(isolated, spec, monkeypatch):
+def test_a_pytest_whose_hook_cannot_be_built_leaves_asserts_plain(isolated, settings, monkeypatch):
     def broken(config):
         raise AttributeError("this pytest reads something else")
 
     monkeypatch.setattr(rewrite, "AssertionRewritingHook", broken)
-    _asserts.apply(spec)
+    _asserts.apply(settings)
     assert _asserts._hook is None and util._reprcompare is None
     import rankcheck_lists
 

@@ -31,17 +31,17 @@ def test_public_signatures_name_exactly_the_declared_options(function):
 
 
 def test_every_door_is_read_from_the_declaration():
-    assert set(SESSION_OPTIONS) == {name for name, spec in O.DECLARED.items() if spec.flag}
-    assert MARKER_KEYS == ("world_size", "names", *(name for name, spec in O.DECLARED.items() if spec.marker))
-    tokens = [spec.token for spec in O.DECLARED.values() if spec.token]
+    assert set(SESSION_OPTIONS) == {name for name, option in O.DECLARED.items() if option.flag}
+    assert MARKER_KEYS == ("world_size", "names", *(name for name, option in O.DECLARED.items() if option.marker))
+    tokens = [option.token for option in O.DECLARED.values() if option.token]
     assert len(tokens) == len(set(tokens)), "token fields are unique"
-    for name, spec in O.DECLARED.items():
-        assert spec.help, name
-        if spec.flag or spec.command_line:
-            assert spec.parse is not None, f"{name} comes as text through a flag: it needs a parser"
+    for name, option in O.DECLARED.items():
+        assert option.help, name
+        if option.flag or option.command_line:
+            assert option.parse is not None, f"{name} comes as text through a flag: it needs a parser"
 
 
-@pytest.mark.parametrize("name", [n for n, spec in O.DECLARED.items() if spec.check.__qualname__.startswith(
+@pytest.mark.parametrize("name", [n for n, option in O.DECLARED.items() if option.check.__qualname__.startswith(
     "check_seconds")])
 @pytest.mark.parametrize("value", [0, -1.0, math.inf, -math.inf, math.nan, O.MAX_SECONDS * 2, True, "5"])
 def test_a_budget_out_of_range_is_refused_naming_where_it_came_from(name, value):
@@ -143,7 +143,7 @@ def test_every_option_given_to_the_fixture_reaches_the_world(rpc_world, monkeypa
 # unchanged. (The marker, pytest flag and ini doors are tested in pytest
 # sessions: tests/world/test_plugin.py.)
 
-NUMERIC = tuple(name for name, spec in O.DECLARED.items() if spec.parse in (O.parse_number, O.parse_whole))
+NUMERIC = tuple(name for name, option in O.DECLARED.items() if option.parse in (O.parse_number, O.parse_whole))
 EDGES = (0, -1, -0.0, 1e-9, 0.5, 1, 1.0, 1.0000001, math.inf, -math.inf, math.nan, O.MAX_SECONDS,
          O.MAX_SECONDS + 1, 2**63 - 1, 2**63, -(2**63))
 
@@ -174,8 +174,8 @@ def door_argument(name, value):
 
 def door_text(name, value):
     """A pytest flag's or ini key's text, as the plugin reads it."""
-    spec = O.DECLARED[name]
-    return spec.read(as_text(value), spec.flag or f"--{name}")
+    option = O.DECLARED[name]
+    return option.read(as_text(value), option.flag or f"--{name}")
 
 
 def door_command_line(name, value):
@@ -236,12 +236,12 @@ def door_session(name, value, where):
 
 
 DOORS = {
-    "argument": (door_argument, lambda spec: True),
-    "pytest_flag": (lambda name, value: door_session(name, value, "options"), lambda spec: spec.flag is not None),
-    "ini": (lambda name, value: door_session(name, value, "ini"), lambda spec: spec.flag is not None),
-    "text": (door_text, lambda spec: spec.flag is not None or spec.command_line is not None),
-    "command_line": (door_command_line, lambda spec: spec.command_line is not None),
-    "token": (door_token, lambda spec: spec.token is not None),
+    "argument": (door_argument, lambda option: True),
+    "pytest_flag": (lambda name, value: door_session(name, value, "options"), lambda option: option.flag is not None),
+    "ini": (lambda name, value: door_session(name, value, "ini"), lambda option: option.flag is not None),
+    "text": (door_text, lambda option: option.flag is not None or option.command_line is not None),
+    "command_line": (door_command_line, lambda option: option.command_line is not None),
+    "token": (door_token, lambda option: option.token is not None),
 }
 CASES = [(door, name) for door, (_, has) in DOORS.items() for name in NUMERIC if has(O.DECLARED[name])]
 
@@ -275,14 +275,14 @@ def test_any_number_is_accepted_exactly_when_the_rule_says(door, name, value):
 
 @pytest.mark.parametrize("name", [n for n in NUMERIC if n != "seed"])
 def test_a_refused_value_names_the_door_it_came_through(name):
-    spec = O.DECLARED[name]
+    option = O.DECLARED[name]
     with pytest.raises(rpc_harness.WorldSpecError, match=r"^run_world\(\): invalid .* inf"):
         door_argument(name, math.inf)
-    if spec.flag:
-        with pytest.raises(rpc_harness.WorldSpecError, match=rf"^{spec.flag}: invalid .* 'nan'"):
+    if option.flag:
+        with pytest.raises(rpc_harness.WorldSpecError, match=rf"^{option.flag}: invalid .* 'nan'"):
             door_text(name, math.nan)
-    if spec.token:
-        with pytest.raises(rpc_harness.WorldSpecError, match=rf"repro token field '{spec.token}': invalid .* nan"):
+    if option.token:
+        with pytest.raises(rpc_harness.WorldSpecError, match=rf"repro token field '{option.token}': invalid .* nan"):
             door_token(name, math.nan)
 
 

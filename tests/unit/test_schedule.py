@@ -17,10 +17,10 @@ from rpc_harness.strategies import schedules
 class World:
     """A scheduler and what it sent, with a clock that ticks per look."""
 
-    def __init__(self, spec: str = "controlled", seed: int = 7, ranks: int = 2) -> None:
+    def __init__(self, schedule: str = "controlled", seed: int = 7, ranks: int = 2) -> None:
         self.sent: list[tuple[int, object]] = []
         self.time = 0.0
-        self.scheduler = Scheduler(S.parse(spec), seed, ranks, lambda rank, m: self.sent.append((rank, m)),
+        self.scheduler = Scheduler(S.parse(schedule), seed, ranks, lambda rank, m: self.sent.append((rank, m)),
                                    self.clock)
 
     def clock(self) -> float:
@@ -61,7 +61,7 @@ def test_nothing_runs_until_every_entry_has_begun_then_one_task_at_a_time():
 
 
 def test_no_choice_while_an_issued_call_has_not_arrived_or_been_answered():
-    world = World(spec="pct:1")  # no preemptions: the running task goes on while it can
+    world = World(schedule="pct:1")  # no preemptions: the running task goes on while it can
     two_mains(world)
     runner = world.goes()[0]
     rank = 0 if runner == "a" else 1
@@ -80,7 +80,7 @@ def test_no_choice_while_an_issued_call_has_not_arrived_or_been_answered():
 def test_a_call_torch_answers_in_cpp_holds_its_caller_until_the_answer_is_in():
     # Whether such an answer came before the caller looks at its future is
     # the clock's business: the caller goes on only once it has.
-    world = World(spec="random")
+    world = World(schedule="random")
     two_mains(world)
     runner = world.goes()[0]
     rank = 0 if runner == "a" else 1
@@ -96,7 +96,7 @@ def test_a_call_torch_answers_in_cpp_holds_its_caller_until_the_answer_is_in():
 
 
 def test_a_python_call_to_a_live_rank_is_acked_at_once():
-    world = World(spec="random")
+    world = World(schedule="random")
     two_mains(world)
     runner = world.goes()[0]
     rank = 0 if runner == "a" else 1
@@ -106,7 +106,7 @@ def test_a_python_call_to_a_live_rank_is_acked_at_once():
 
 def test_an_answer_heard_before_its_handlers_end_is_not_waited_for_again():
     # The caller's report and the callee's end come over different pipes, in either order.
-    world = World(spec="pct:1")
+    world = World(schedule="pct:1")
     two_mains(world)
     runner = world.goes()[0]
     rank, other = (0, 1) if runner == "a" else (1, 0)
@@ -123,8 +123,8 @@ def test_an_answer_heard_before_its_handlers_end_is_not_waited_for_again():
 
 
 def test_the_same_seed_makes_the_same_choices_and_another_seed_others():
-    def choices(seed: int, spec: str) -> list[str]:
-        world = World(spec=spec, seed=seed, ranks=3)
+    def choices(seed: int, schedule: str) -> list[str]:
+        world = World(schedule=schedule, seed=seed, ranks=3)
         for rank, name in enumerate("abc"):
             world.say(rank, msg.Begin(name, "main", "start"))
         for _ in range(30):
@@ -132,13 +132,13 @@ def test_the_same_seed_makes_the_same_choices_and_another_seed_others():
             world.say("abc".index(task), msg.At(task, "p"))
         return world.goes()
 
-    for spec in ("random", "pct:3"):
-        assert choices(1, spec) == choices(1, spec)
-        assert len({tuple(choices(seed, spec)) for seed in range(8)}) > 1, spec
+    for schedule in ("random", "pct:3"):
+        assert choices(1, schedule) == choices(1, schedule)
+        assert len({tuple(choices(seed, schedule)) for seed in range(8)}) > 1, schedule
 
 
 def test_a_replay_that_takes_another_step_says_where_it_diverged():
-    world = World(spec=S.replay_spec([("a", "p"), ("b", "q")]))
+    world = World(schedule=S.replay_schedule([("a", "p"), ("b", "q")]))
     two_mains(world)
     assert world.goes() == ["a"], "the recorded first step's task runs first"
     world.say(0, msg.At("a", "elsewhere"))
@@ -147,7 +147,7 @@ def test_a_replay_that_takes_another_step_says_where_it_diverged():
 
 
 def test_a_replay_that_ends_early_diverged():
-    world = World(spec=S.replay_spec([("a", "p"), ("b", "q"), ("a", "end")]))
+    world = World(schedule=S.replay_schedule([("a", "p"), ("b", "q"), ("a", "end")]))
     two_mains(world)
     world.say(0, msg.At("a", "p"))
     world.say(1, msg.End("b"))
@@ -156,7 +156,7 @@ def test_a_replay_that_ends_early_diverged():
 
 
 def test_timers_end_only_when_no_task_can_run_earliest_first():
-    world = World(spec="pct:1")
+    world = World(schedule="pct:1")
     two_mains(world)
     runner = world.goes()[0]
     rank, other = (0, 1) if runner == "a" else (1, 0)
@@ -171,7 +171,7 @@ def test_timers_end_only_when_no_task_can_run_earliest_first():
 
 
 def test_a_notify_wakes_a_condition_waiter_and_cancels_its_timeout():
-    world = World(spec="pct:1")
+    world = World(schedule="pct:1")
     two_mains(world)
     runner = world.goes()[0]
     rank, other = (0, 1) if runner == "a" else (1, 0)
@@ -219,8 +219,8 @@ def test_schedules_that_do_not_parse_are_refused_naming_where(text):
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "a/1", "b/2/3"]), st.sampled_from(["p", "end", "wait f"])),
                 max_size=30))
 def test_a_replay_schedule_round_trips(steps):
-    spec = S.parse(S.replay_spec(steps))
-    assert spec.kind == "replay" and list(spec.steps) == steps and spec.digest == S.digest(steps)
+    parsed = S.parse(S.replay_schedule(steps))
+    assert parsed.kind == "replay" and list(parsed.steps) == steps and parsed.digest == S.digest(steps)
 
 
 def test_a_guide_without_one_choice_keeps_the_others_by_their_moment():
@@ -255,4 +255,4 @@ def test_a_schedule_is_labelled_as_it_was_given(text, label):
 
 
 def test_a_replayed_schedule_is_labelled_by_its_length_not_its_blob():
-    assert S.parse(S.replay_spec([("w0", "rpc.call:f"), ("w1", "end")])).label == "replay of 2 steps"
+    assert S.parse(S.replay_schedule([("w0", "rpc.call:f"), ("w1", "end")])).label == "replay of 2 steps"

@@ -45,7 +45,7 @@ def test_seeds_give_different_interleavings_and_the_race_fails_for_some_and_not_
 
 def test_a_failing_schedule_replays_step_for_step():
     failing = next(w for w in (lost(seed) for seed in range(1, 9)) if not w.ok)
-    replay = lost(failing.seed, S.replay_spec(failing.schedule))
+    replay = lost(failing.seed, S.replay_schedule(failing.schedule))
     assert replay.schedule_digest == failing.schedule_digest
     assert verdict(replay) == verdict(failing) and not replay.problems
 
@@ -53,7 +53,7 @@ def test_a_failing_schedule_replays_step_for_step():
 def test_a_replay_that_no_longer_takes_the_same_steps_fails_saying_where():
     recorded = lost(2, clients=2)
     # A third client: the same program, another world. Its steps part from the recording.
-    replay = lost(2, S.replay_spec(recorded.schedule), clients=3)
+    replay = lost(2, S.replay_schedule(recorded.schedule), clients=3)
     diverged = [p for p in replay.problems if p.startswith("the replayed schedule diverged: step ")]
     assert diverged and not replay.ok, replay.problems
     assert "rpc world failed" in replay.report().splitlines()[0]
