@@ -37,7 +37,7 @@ autodoc_preserve_defaults = True
 # offline) and the internal classes that public signatures mention.
 nitpicky = True
 nitpick_ignore_regex = [
-    ("py:class", r"(collections\.abc|hypothesis|_pytest)\..*"),
+    ("py:class", r"(collections\.abc|types|hypothesis|_pytest)\..*"),
     ("py:class", r".*\[.*"),  # pieces of a generic annotation: tuple[int, ...
     ("py:class", r"rpc_harness\.(entry\.EntryRef|gradcheck\.Mismatch|context\.EventLog|faults\.Argument)"),
     ("py:class", r"rpc_harness\.scenario\.(ConfigT|RecordsT|ExpectedT)"),  # the protocol's type variables
