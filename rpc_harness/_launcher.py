@@ -229,7 +229,7 @@ def spawn(
     itself. The program's own names are its workers' names, which the fault
     plan aims at (``names`` says them in advance, so that the plan is checked
     before any process starts). A planned kill that no surviving rank ran its
-    own part of the program past (see :data:`rpc_harness.result.UNFINISHED`)
+    own part of the program past (``rpc_harness.result.UNFINISHED`` says how)
     fails the world unless ``expect="unfinished"``. Everything else is as
     :func:`run_world`.
     """

@@ -218,9 +218,11 @@ def test_10_a_programs_names_belong_to_the_ranks_that_took_them_whatever_their_s
     assert [(r.rank, r.name, r.value["rank"], r.value["name"]) for r in result] == [
         (0, "ps", 0, "ps"), (1, "trainer2", 1, "trainer2"), (2, "trainer10", 2, "trainer10")]
     assert result["trainer10"].value["replies"] == ["trainer10 (rank 2) reported"] * 2
-    # A fault aimed by name strikes the rank of that name ...
+    # A fault aimed by name strikes the rank of that name ... (the kill of the
+    # only trainer that reports leaves nothing of the program done by the
+    # survivors: accepted here, since names are what this test is about)
     killed = rpc_world.spawn(named_out_of_order.run_worker, args=(3,), nprocs=3,
-                             faults="kill:trainer10@rpc.call:report#2")
+                             faults="kill:trainer10@rpc.call:report#2", expect="unfinished")
     assert [r.status for r in killed] == ["ok", "ok", "killed"]
     assert [(f.rank, f.hit) for f in killed.fired_faults()] == [(2, 2)]
     assert "rank 2 (trainer10): killed by SIGKILL as the fault plan asked" in killed.report()
