@@ -43,6 +43,9 @@ WC = "tests/world/test_cli.py::"
 I28 = "tests/world/test_issue28.py::"
 INT = "tests/world/test_interrupts.py::"
 SD = "tests/unit/test_scenario_devices.py::"
+CF = "tests/world/test_cuda_fork.py::"
+UD = "tests/unit/test_devices.py::"
+WD = "tests/world/test_devices.py::"
 
 
 @dataclass(frozen=True)
@@ -660,6 +663,35 @@ BUGS = (
         "noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).div_(1 - p)",
         "noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(p).div_(1 - p)",
         (SD + "test_the_layered_lstm_equals_nn_lstm_with_its_dropout_masks",)),
+    # Issue 29 on the CPU: CUDA kept out of the forkserver, devices, channels, GPU memory; issue 28's extras.
+    Bug("the pytest process asks for CUDA through the driver", "rpc_harness/pytest_plugin.py",
+        "    ask_through_nvml()\n    warn_as(", "    warn_as(",
+        (CF + "test_the_idiomatic_gpu_skipif_initializes_cuda_nowhere",)),
+    Bug("a module that asked for CUDA in the forkserver stays preloaded", "rpc_harness/_preload.py",
+        "        sys.modules.pop(_name, None)  # each rank imports it itself, where CUDA is allowed", "        pass",
+        (CF + "test_a_module_that_asks_for_cuda_at_import_is_named_and_imported_by_each_rank",)),
+    Bug("a rank forked after CUDA was initialized goes on", "rpc_harness/_rank.py",
+        "            raise fork_error", "            pass",
+        (CF + "test_a_rank_forked_after_cuda_was_initialized_says_who_and_what_to_do",)),
+    Bug("a spawned rank without maps of its own offers no CUDA channels", "rpc_harness/_lifecycle.py",
+        "merged = tensorpipe_options(merged.init_method, timeout, threads or 16, cuda_world=True,",
+        "merged = tensorpipe_options(merged.init_method, timeout, threads or 16, cuda_world=False,",
+        (WD + "test_every_rank_of_a_spawned_world_asks_for_the_cuda_channels_the_world_may_need",)),
+    Bug("CUDA channels only for a rank whose own options name devices", "rpc_harness/_devices.py",
+        "if (world or names_devices(device_maps, devices))", "if (names_devices(device_maps, devices))",
+        (UD + "test_every_rank_of_a_world_that_may_move_cuda_tensors_offers_the_cuda_channels",)),
+    Bug("devices='cuda' on a machine without CUDA starts the world", "rpc_harness/_devices.py",
+        "    if not fork_safe_cuda_available():", "    if False:",
+        (UD + "test_a_world_that_asks_for_cuda_is_refused_before_any_process_starts",)),
+    Bug("ranks do not share GPUs round-robin", "rpc_harness/_devices.py",
+        'return f"cuda:{rank % max(device_count, 1)}"', 'return "cuda:0"',
+        (UD + "test_each_rank_gets_its_device_round_robin",)),
+    Bug("a failed world's report leaves out the ranks' GPU memory", "rpc_harness/_supervisor.py",
+        "        self._note_gpu_memory()\n        # Survivors", "        # Survivors",
+        (WD + "test_a_failed_worlds_report_says_how_much_gpu_memory_each_rank_held",)),
+    Bug("a missing extra is a traceback, not one line naming it", "rpc_harness/extras.py",
+        'if error.name is None or error.name.split(".", 1)[0] != top:', "if True:",
+        ("tests/world/test_install.py::test_a_missing_extra_is_one_line_naming_it_at_the_point_of_use",)),
 )
 
 
