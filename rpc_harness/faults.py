@@ -197,6 +197,7 @@ _FAULT_RE = re.compile(
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]+$")
 _IDENTIFIERS = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 # The three forms of a failpoint: written in the code, an RPC, any function.
+MAX_POINT = 300  # characters of a failpoint name (call:package.module:Qualified.name ones are the longest)
 _POINT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _RPC_POINT_RE = re.compile(rf"^rpc\.(?:call|serve):{_IDENTIFIERS}$")
 _CALL_POINT_RE = re.compile(rf"^call:{_IDENTIFIERS}:{_IDENTIFIERS}$")
@@ -388,6 +389,10 @@ def _check_fault(fault: Fault, *, where: str) -> None:
     if isinstance(fault.hit, bool) or not isinstance(fault.hit, int) or fault.hit < 1:
         raise FaultPlanError(f"{where}: hit must be >= 1 (hits count from 1), got {clip(fault.hit)}")
     if kind.at_failpoint:
+        if len(fault.point) > MAX_POINT:
+            # Every report of the fault repeats it (never fired, fired, the
+            # replay lines): a name no program uses is refused here, cut.
+            raise FaultPlanError(f"{where}: failpoint name {clip(fault.point)} is longer than {MAX_POINT} characters")
         if not (_POINT_RE.match(fault.point) or _RPC_POINT_RE.match(fault.point)
                 or _CALL_POINT_RE.match(fault.point)):
             raise FaultPlanError(

@@ -367,9 +367,9 @@ def parse_overrides(
     out: dict[str, Any] = {}
     budget_from = ""  # the door that set the budget, for the message
     if steps is not None:
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
             raise WorldSpecError(f"--steps {clip(steps)}: the training budget ({scenario.name}'s "
-                                 f"{scenario.steps_field}) must be a whole number >= 1")
+                                 f"{scenario.steps_field}) must be a whole number 1..{MAX_STEPS:,}")
         out[scenario.steps_field] = steps
         budget_from = f"--steps {steps}"
     for pair in pairs:
@@ -385,6 +385,8 @@ def parse_overrides(
             budget_from = f"{where} {clip(pair)}"
     make_config(scenario, out, where=f"{where}: {scenario.name} config")
     budget = out.get(scenario.steps_field)
+    if budget_from and isinstance(budget, int) and budget > MAX_STEPS:
+        raise WorldSpecError(f"{budget_from}: {scenario.name}'s {scenario.steps_field} must be at most {MAX_STEPS:,}")
     if budget_from and isinstance(budget, int) and budget < scenario.min_steps:
         raise WorldSpecError(
             f"{budget_from}: {scenario.name}'s judge needs {scenario.steps_field} >= {scenario.min_steps} to tell "
@@ -392,6 +394,12 @@ def parse_overrides(
             "scenario's budget)"
         )
     return out
+
+
+# The largest training budget taken: far past any run a test or a CI job makes,
+# and well short of the sizes that overflow torch's shapes inside the ranks
+# (a budget of 10**20 reached them: "Overflow when unpacking long long").
+MAX_STEPS = 1_000_000
 
 
 def _typed(text: str, declared: dataclasses.Field, where: str) -> Any:

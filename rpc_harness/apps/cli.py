@@ -459,16 +459,16 @@ def check_writable_folder(folder: str, option: str) -> None:
             pass
         os.remove(probe)
     except OSError as error:
-        raise UsageError(f"{option} {folder}: cannot write there ({error.strerror or error})") from None
+        raise UsageError(f"{option} {clip(folder)}: cannot write there ({error.strerror or error})") from None
 
 
 def check_writable_file(path: str, option: str) -> None:
     """The folder of ``path`` exists (or can be made) and ``path`` can be written."""
     check_writable_folder(os.path.dirname(os.path.abspath(path)), option)
     if os.path.isdir(path):
-        raise UsageError(f"{option} {path}: is a folder, not a file")
+        raise UsageError(f"{option} {clip(path)}: is a folder, not a file")
     if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise UsageError(f"{option} {path}: cannot write there (permission denied)")
+        raise UsageError(f"{option} {clip(path)}: cannot write there (permission denied)")
 
 
 def write_outputs(folder: str, report: ScenarioReport, job: Job) -> None:

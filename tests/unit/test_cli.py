@@ -169,3 +169,21 @@ def test_a_nan_row_says_why_and_what_its_ok_rests_on(capsys):
     out = capsys.readouterr().out
     assert "    contract: trainer failed 0.02s after 'ps1' was killed, naming it\n" in out
     assert "    outcome: not checked: the world left no records to compare (see the contract)\n" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "ps", "--steps", "100000000000000000000"],
+    ["run", "ps", "--steps", "1000001"],
+    ["run", "ps", "--set", "batches=100000000000000000000"],
+])
+def test_a_training_budget_past_any_real_run_is_refused_before_any_world(argv, capsys):
+    # 10**20 steps reached the ranks and overflowed torch's shapes in every trainer.
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "1,000,000" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_long_out_path_is_cut_in_its_error(tmp_path, capsys):
+    assert main(["run", "ps", "--out", str(tmp_path / ("x" * 100_000))]) == 2
+    err = capsys.readouterr().err
+    assert len(err) < 400 and "100,0" in err, err[:400]

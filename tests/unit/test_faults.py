@@ -121,7 +121,7 @@ def test_the_same_fault_at_other_hits_or_kinds_is_not_a_duplicate():
     ("text", "names", "shows"),
     [
         ("kill:" + "t" * 100_000 + "@x.step#3", ["a"], "unknown worker 'ttttt"),
-        ("kill:a@" + "p" * 100_000, ["a"], "unknown failpoint 'ppppp"),
+        ("kill:a@" + "p" * 100_000, ["a"], "failpoint name 'ppppp"),
         ("delay:a@x.step=" + "9" * 100_000 + "x", ["a"], "bad duration '9999"),
         ("kill:a@x.step#3=" + "x" * 100_000, ["a"], "kill takes no =ARG"),
         ("boom" * 25_000 + ":a@x.step", ["a"], "unknown fault kind 'boomboom"),
@@ -135,3 +135,10 @@ def test_a_long_plan_is_cut_in_its_error(text, names, shows):
         FaultPlan.parse(text, where="--faults").validate(names, failpoints=["x.step"], where="--faults")
     message = str(caught.value)
     assert shows in message and len(message) < 600, (len(message), message[:300])
+
+
+def test_a_failpoint_name_longer_than_any_program_uses_is_refused_cut():
+    with pytest.raises(FaultPlanError, match=r"longer than 300 characters") as refused:
+        FaultPlan.parse("kill:worker1@rpc.call:" + "x" * 100_000)
+    assert len(str(refused.value)) < 400
+    FaultPlan.parse("kill:worker1@rpc.call:" + "x" * 250)  # a long but possible name stands
