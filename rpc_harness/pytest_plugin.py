@@ -180,6 +180,17 @@ def _session_values(config: pytest.Config) -> dict[str, tuple[Any, str]]:
             values[name] = (option.read(raw, where) if isinstance(raw, str) else option.check(raw, where), where)
         except WorldSpecError as error:
             raise pytest.UsageError(str(error)) from None
+    if values.get("devices", ((), ""))[0]:
+        # Whether this machine has the devices asked for is known now: one
+        # usage error, not the same refusal in every test that starts a world.
+        from ._devices import require_world_devices
+        from .errors import Unsupported
+
+        devices, where = values["devices"]
+        try:
+            require_world_devices(devices, where=where, faulty_agent=False)
+        except Unsupported as error:
+            raise pytest.UsageError(str(error)) from None
     return values
 
 

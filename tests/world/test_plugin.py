@@ -191,6 +191,14 @@ def test_bad_command_line_values_are_usage_errors(pytester, args, message):
     assert message in result.stderr.str() + result.stdout.str()
 
 
+@pytest.mark.skipif(rpc_harness.cuda_available(), reason="the refusal is for machines without CUDA")
+def test_session_devices_this_machine_lacks_are_one_usage_error(pytester):
+    pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
+    result = run(pytester, "--rpc-devices=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--rpc-devices: devices='cuda' asks for CUDA, but CUDA is not available here" in result.stderr.str()
+
+
 def test_bad_marker_and_bad_world_input_fail_clearly(pytester):
     pytester.makepyfile(
         ENTRIES
