@@ -692,6 +692,12 @@ BUGS = (
     Bug("a missing extra is a traceback, not one line naming it", "rpc_harness/extras.py",
         'if error.name is None or error.name.split(".", 1)[0] != top:', "if True:",
         ("tests/world/test_install.py::test_a_missing_extra_is_one_line_naming_it_at_the_point_of_use",)),
+    Bug("a 100,000-character failpoint name is echoed in every report", "rpc_harness/faults.py",
+        "        if len(fault.point) > MAX_POINT:", "        if False:",
+        (UF + "test_a_failpoint_name_longer_than_any_program_uses_is_refused_cut",)),
+    Bug("--rpc-devices=cuda without CUDA fails every world test instead of the session", "rpc_harness/pytest_plugin.py",
+        'if values.get("devices", ((), ""))[0]:', "if False:",
+        (PLUGIN + "test_session_devices_this_machine_lacks_are_one_usage_error",)),
 )
 
 
