@@ -124,6 +124,7 @@ class Scheduler:
         self.controlled = True
         self.halted = False  # the world is failing: no more steps (how many more would be the clock's choice)
         self.note = ""  # why control was given up, if it was
+        self.lost_at: int | None = None  # the step from which the world ran free, if control was given up
         self._occurrences: dict[tuple[str, str], int] = {}
         self._strategy = _strategy(schedule, self)
 
@@ -427,6 +428,7 @@ class Scheduler:
             return
         self.controlled = False
         self.note = why
+        self.lost_at = len(self.steps)
         for rank in range(self.world_size):
             if rank not in self.gone:
                 self.send(rank, msg.Release())

@@ -464,7 +464,7 @@ class Supervisor:
             problems += _tally.unfired(plan, self.outcomes)
             if self.spec.spawned and self.spec.options.expect != "unfinished":
                 problems += _unfinished(self.outcomes)
-        schedule, schedule_note = [], ""
+        schedule, schedule_note, lost_at = [], "", None
         if self.link is not None:
             scheduler = self.link.scheduler
             scheduler.finish()
@@ -472,9 +472,11 @@ class Supervisor:
             schedule = scheduler.steps_named(tuple(o.name for o in self.outcomes))
             schedule_note = (f"controlled ({self.spec.options.schedule}), {len(schedule)} steps" if scheduler.controlled
                              else f"no longer controlled: {scheduler.note}")
+            lost_at = scheduler.lost_at
         return WorldResult(
             schedule=schedule,
             schedule_note=schedule_note,
+            control_lost_at=lost_at,
             names=tuple(o.name for o in self.outcomes),
             seed=self.spec.seed,
             faults=plan,

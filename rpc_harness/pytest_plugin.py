@@ -79,6 +79,13 @@ class ForkserverCudaPytestWarning(pytest.PytestWarning, ForkserverCudaWarning):
     import, in the forkserver: it was not preloaded (each rank imports it)."""
 
 
+class ControlLostPytestWarning(pytest.PytestWarning):
+    """A world run under a controlled schedule lost control: a step blocked
+    where the scheduler cannot see, and the world ran free from that step
+    on, in an order its seed no longer decides. The message names the step,
+    what control waited for and every rank's stacks."""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests() -> None:
     # Before any conftest or test module can ask torch for CUDA: through NVML,
@@ -448,12 +455,22 @@ class RpcWorld:
         if result.schedule:  # a controlled world: the token and the Python line take its steps exactly
             result.repro = replay_lines(replaying(spec, result.schedule))
         self.results.append(result)
+        if result.control_lost_at is not None:
+            self._control_lost(result, len(self.results) - 1)
         skipped = result.skipped
         if skipped is not None and not result.failures and not result.timed_out:
             pytest.skip(f"{skipped.label}: {skipped.error}")
         if check:
             raise_for_failures(result)
         return result
+
+    def _control_lost(self, result: WorldResult, index: int) -> None:
+        """A world that lost control must not pass silently: a warning in
+        the test's report."""
+        message = (f"{self._request.node.nodeid}: world {index} (seed {result.seed}, schedule "
+                   f"{result.schedule_label}) lost control at step {result.control_lost_at} and ran free from "
+                   f"there: its order of steps is no longer the seed's.\n{result.schedule_note}")
+        warnings.warn(ControlLostPytestWarning(message), stacklevel=1)
 
 
 @pytest.fixture

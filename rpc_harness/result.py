@@ -141,6 +141,9 @@ class WorldResult:
     # control held (schedule_note says so, or why it was given up).
     schedule: list[Step] = field(default_factory=list)
     schedule_note: str = ""
+    # The step from which a controlled world ran free (None: control held, or
+    # the world was never controlled); schedule_note says why and where every task was.
+    control_lost_at: int | None = None
     # What besides the seed decided its order of events: the schedule it ran
     # under (its label; "free" when the OS decided) and the fuzz's delays.
     schedule_label: str = "free"

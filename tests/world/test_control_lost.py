@@ -1,0 +1,41 @@
+"""A world that loses control of its schedule is never silently lost: a
+warning in the pytest report, a failure under --rpc-schedule-strict, a count
+in what exploration says. tests/programs/held_lock.py loses control at the
+same step under every seed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401 - before any in-process session (see test_plugin.py)
+
+import rpc_harness  # noqa: F401 - one forkserver per worker, not one per session
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+HELD_LOCK = (Path(__file__).parent.parent / "programs" / "held_lock.py").read_text()
+LOSES_CONTROL = HELD_LOCK + """
+
+def test_loses_control(rpc_world):
+    result = rpc_world.spawn(run_worker, args=(2,), nprocs=2, schedule="controlled", deadline=60)
+    print("LOST AT", result.control_lost_at)
+"""
+
+
+def run(pytester, *args):
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-s", *args)
+
+
+def test_a_world_that_lost_control_warns_with_the_step_and_the_stacks(pytester):
+    pytester.makepyfile(LOSES_CONTROL)
+    result = run(pytester)
+    result.assert_outcomes(passed=1, warnings=1)
+    out = result.stdout.str()
+    step = re.search(r"LOST AT (\d+)", out)[1]  # 2 or 3: whichever main task the seed starts first
+    assert "ControlLostPytestWarning: test_a_world_that_lost_control_warns_with_the_step_and_the_stacks.py" \
+           "::test_loses_control: world 0 (seed " in out, out
+    assert f"lost control at step {step} and ran free from there" in out
+    assert "(serving grab for caller1) has not reached its next scheduling point" in out, "what control waited for"
+    assert "--- rank 0 (keeper) stacks" in out and "with lock:" in out, "where every task was"
