@@ -8,6 +8,7 @@ from ._cuda_fork import cuda_available
 from ._launcher import launch, preload, raise_for_failures, run_world, spawn
 from .context import RankContext, current_context, failpoint, progress
 from .errors import (
+    ControlLost,
     FaultPlanError,
     GradientMismatch,
     HarnessError,
@@ -32,6 +33,7 @@ from .seeds import derive_seed
 from .spec import WorldSpec, make_spec
 
 __all__ = [
+    "ControlLost",
     "DEFAULT_DEADLINE",
     "Exploration",
     "Fault",

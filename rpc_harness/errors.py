@@ -111,6 +111,21 @@ class WorldTimeout(WorldFailed):
     holds every rank's stacks."""
 
 
+class ControlLost(HarnessError):
+    """A world run under a controlled schedule lost control (a step blocked
+    where the scheduler cannot see, and the world ran free from there) in a
+    pytest session with ``--rpc-schedule-strict`` (ini ``rpc_schedule_strict``).
+
+    Raised by the ``rpc_world`` fixture after the world, whatever its
+    ``check``. ``result`` holds the world; the message names the step, what
+    control waited for, every rank's stacks and the replay line.
+    """
+
+    def __init__(self, result: WorldResult, message: str) -> None:
+        self.result = result
+        super().__init__(message)
+
+
 class GradientMismatch(HarnessError, AssertionError):
     """A distributed run's gradients or parameters differ from the baseline.
 

@@ -38,6 +38,10 @@ TRACE_OPTION = "--rpc-trace-dir"
 TRACE_HELP = ("folder for the Chrome trace and timeline picture of every failing world (default: "
               "rpc-harness-traces in pytest's cache folder, .pytest_cache/d/; without the cache plugin, in the "
               "session's base temp folder)")
+STRICT_OPTION = "--rpc-schedule-strict"
+STRICT_HELP = ("a world that loses control of its controlled schedule (a step blocked where the scheduler cannot "
+               "see) fails its test (ControlLost) instead of warning (ControlLostPytestWarning); ini "
+               "rpc_schedule_strict = true does the same")
 # The default trace folder's name, in pytest's cache folder (or base temp folder).
 TRACE_FOLDER = "rpc-harness-traces"
 MARKER = "rpc_world"
@@ -58,6 +62,7 @@ _session_seed_key = pytest.StashKey[int]()
 _session_values_key = pytest.StashKey[dict]()
 _results_key = pytest.StashKey[list]()
 _asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this session
+_strict_key = pytest.StashKey[bool]()  # --rpc-schedule-strict, or the ini's rpc_schedule_strict
 _traces_key = pytest.StashKey[str]()  # the default trace folder when pytest's cache is off
 
 
@@ -72,6 +77,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(flag, dest=_dest(flag), default=None, help=text)
         parser.addini(_dest(flag), text, type=INI_TYPES.get(parse, "string"), default=None)  # type: ignore[arg-type]
     parser.addini(PRELOAD_INI, PRELOAD_HELP, type="linelist", default=[])
+    group.addoption(STRICT_OPTION, dest=_dest(STRICT_OPTION), action="store_true", default=None, help=STRICT_HELP)
+    parser.addini(_dest(STRICT_OPTION), STRICT_HELP, type="bool", default=False)
 
 
 class ForkserverCudaPytestWarning(pytest.PytestWarning, ForkserverCudaWarning):
@@ -113,6 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
     terminate_as_interrupt(forward_to_children=controller)
     config.stash[_session_seed_key] = _session_seed(config)
     config.stash[_session_values_key] = _session_values(config)
+    config.stash[_strict_key] = bool(_session_setting(config, STRICT_OPTION)[0])
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistSeedSharing(config), "rpc-harness-xdist")
 
@@ -455,22 +463,29 @@ class RpcWorld:
         if result.schedule:  # a controlled world: the token and the Python line take its steps exactly
             result.repro = replay_lines(replaying(spec, result.schedule))
         self.results.append(result)
-        if result.control_lost_at is not None:
-            self._control_lost(result, len(self.results) - 1)
+        lost = self._control_lost(result, len(self.results) - 1)
+        strict = self._config.stash[_strict_key]
+        if lost and (not strict or not result.ok):  # a failure for other reasons: its report must still say so
+            warnings.warn(ControlLostPytestWarning(lost), stacklevel=1)
         skipped = result.skipped
         if skipped is not None and not result.failures and not result.timed_out:
             pytest.skip(f"{skipped.label}: {skipped.error}")
         if check:
             raise_for_failures(result)
+        if lost and strict:
+            from .errors import ControlLost
+
+            raise ControlLost(result, f"{STRICT_OPTION}: {lost}\nReplay: {result.repro}")
         return result
 
-    def _control_lost(self, result: WorldResult, index: int) -> None:
-        """A world that lost control must not pass silently: a warning in
-        the test's report."""
-        message = (f"{self._request.node.nodeid}: world {index} (seed {result.seed}, schedule "
-                   f"{result.schedule_label}) lost control at step {result.control_lost_at} and ran free from "
-                   f"there: its order of steps is no longer the seed's.\n{result.schedule_note}")
-        warnings.warn(ControlLostPytestWarning(message), stacklevel=1)
+    def _control_lost(self, result: WorldResult, index: int) -> str:
+        """What to say of a world that lost control ("" for one that did not):
+        it must not pass silently."""
+        if result.control_lost_at is None:
+            return ""
+        return (f"{self._request.node.nodeid}: rpc world {index} (seed {result.seed}, schedule "
+                f"{result.schedule_label}) lost control at step {result.control_lost_at} and ran free from "
+                f"there: its order of steps is no longer the seed's.\n{result.schedule_note}")
 
 
 @pytest.fixture

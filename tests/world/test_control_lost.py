@@ -35,7 +35,30 @@ def test_a_world_that_lost_control_warns_with_the_step_and_the_stacks(pytester):
     out = result.stdout.str()
     step = re.search(r"LOST AT (\d+)", out)[1]  # 2 or 3: whichever main task the seed starts first
     assert "ControlLostPytestWarning: test_a_world_that_lost_control_warns_with_the_step_and_the_stacks.py" \
-           "::test_loses_control: world 0 (seed " in out, out
+           "::test_loses_control: rpc world 0 (seed " in out, out
     assert f"lost control at step {step} and ran free from there" in out
     assert "(serving grab for caller1) has not reached its next scheduling point" in out, "what control waited for"
     assert "--- rank 0 (keeper) stacks" in out and "with lock:" in out, "where every task was"
+
+
+@pytest.mark.parametrize("how", ["flag", "ini"])
+def test_under_the_strict_flag_or_ini_key_a_world_that_lost_control_fails_its_test(pytester, how):
+    pytester.makepyfile(LOSES_CONTROL.replace("deadline=60)", "deadline=60, check=False)"))
+    if how == "ini":
+        pytester.makeini("[pytest]\nrpc_schedule_strict = true\n")
+    result = run(pytester, "--rpc-schedule-strict") if how == "flag" else run(pytester)
+    result.assert_outcomes(failed=1)  # check=False too: it is about the ranks, this about the schedule
+    out = result.stdout.str()
+    assert "LOST AT" not in out, "the fixture raised before the test went on"
+    assert re.search(r"^E +rpc_harness.errors.ControlLost: --rpc-schedule-strict: test_under_the_strict.*"
+                     r"::test_loses_control: rpc world 0 \(seed \d+, schedule controlled\) lost control at step \d",
+                     out, re.M), out
+    assert "with lock:" in out and "Replay: pytest " in out, "the stacks and the replay line"
+    assert "ControlLostPytestWarning" not in out, "a failure instead of the warning, not both"
+
+
+def test_the_strict_ini_key_is_a_bool(pytester):
+    pytester.makeini("[pytest]\nrpc_schedule_strict = sometimes\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run(pytester)
+    assert result.ret != 0 and "ini rpc_schedule_strict" in result.stderr.str() + result.stdout.str()
