@@ -41,11 +41,13 @@ class Attempt:
     report: Any = None  # a scenario's report, when a scenario was explored
     digest: str = ""
     preemptions: int = 0
+    lost_at: int | None = None  # the step from which the world ran free, if it lost control
 
     def __post_init__(self) -> None:
         if self.world is not None:
             self.digest = self.world.schedule_digest
             self.preemptions = S.preemptions(self.world.schedule)
+            self.lost_at = self.world.control_lost_at
 
     def forget(self) -> None:
         """Keep what the exploration's summary needs, not the world."""
@@ -78,15 +80,41 @@ class Exploration:
         best = self.shrunk or self.found
         return S.replay_schedule(best.world.schedule) if best is not None and best.world is not None else ""
 
+    @property
+    def lost(self) -> list[Attempt]:
+        """The worlds tried that lost control (ran free from a step on: the
+        rest of their schedule was the operating system's, not explored)."""
+        return [a for a in self.attempts if a.lost_at is not None]
+
+    def control_line(self) -> str:
+        """How many worlds ran controlled to the end, how many lost control and where."""
+        lost = self.lost
+        held = f"{len(self.attempts) - len(lost)} ran controlled to the end"
+        if not lost:
+            return held
+        at: dict[int, list[int]] = {}
+        for attempt in lost:
+            at.setdefault(attempt.lost_at, []).append(attempt.seed)  # type: ignore[arg-type]
+        where = "; ".join(f"at step {step}: seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+                          for step, seeds in sorted(at.items()))
+        return f"{held}, {len(lost)} lost control ({where})"
+
     def summary(self) -> list[str]:
-        """A few lines: what was tried, what failed, the shrunk schedule."""
+        """A few lines: what was tried, whether control held, what failed,
+        the shrunk schedule."""
         lines = [f"explored {len(self.attempts)} {self.strategy} schedule(s), "
-                 f"{len(set(self.digests))} distinct"]
+                 f"{len(set(self.digests))} distinct: {self.control_line()}"]
         if self.found is None:
+            if self.lost:
+                return lines + [f"no schedule failed, but {len(self.lost)} of {len(self.attempts)} world(s) lost "
+                                "control: they ran free from that step on, so their later steps were not explored"]
             return lines + ["no schedule failed"]
         best = self.shrunk or self.found
         lines.append(f"schedule of seed {self.found.seed} failed after {len(self.attempts)} tries; shrunk from "
                      f"{self.found.preemptions} to {best.preemptions} preemption(s) in {self.shrink_runs} run(s):")
+        if best.lost_at is not None:
+            lines.append(f"  (it lost control at step {best.lost_at} and ran free from there: its replay may "
+                         "take other steps)")
         lines += ["  " + line for line in S.summary(best.world.schedule if best.world else [],
                                                      failed_at=failure_line(best))]
         lines += [f"Replay: {way}" if i == 0 else f"    or: {way}" for i, way in enumerate(self.replay)]

@@ -230,6 +230,7 @@ def explore_jobs(jobs: Sequence[Job], args: argparse.Namespace) -> int:
         print()
         print(f"{first.scenario.name} world {first.repro.world_size} ({first.label}): " + found.summary()[0])
         if found.found is None:
+            print("\n".join(found.summary()[1:]))
             continue
         failed += 1
         best = found.shrunk or found.found

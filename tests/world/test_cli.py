@@ -138,7 +138,8 @@ def test_run_under_a_controlled_schedule_explores_the_schedules_it_is_asked_for(
     assert code == 0, out
     digests = re.findall(r"schedule: controlled \(controlled\), \d+ steps, digest ([0-9a-f]{16})", out)
     assert len(digests) == 2 and digests[0] != digests[1], out
-    assert "rnn world 3 (clean): explored 2 controlled schedule(s), 2 distinct" in out
+    assert "rnn world 3 (clean): explored 2 controlled schedule(s), 2 distinct: 2 ran controlled to the end\n" \
+           "no schedule failed\n" in out, out
 
 
 NO_TORCH_DRIVER = """

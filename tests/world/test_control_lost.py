@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401 - before any in-process session (see test_plugin.py)
+from programs import held_lock
 
-import rpc_harness  # noqa: F401 - one forkserver per worker, not one per session
+import rpc_harness
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -62,3 +63,12 @@ def test_the_strict_ini_key_is_a_bool(pytester):
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = run(pytester)
     assert result.ret != 0 and "ini rpc_schedule_strict" in result.stderr.str() + result.stdout.str()
+
+
+def test_explore_counts_the_worlds_that_lost_control_and_where():
+    found = rpc_harness.explore(held_lock.run_worker, 2, spawn=True, args=(2,), schedules=2, seed=1, deadline=60)
+    assert not found.failed and [a.lost_at in (2, 3) for a in found.lost] == [True, True], found.attempts
+    summary = found.summary()
+    assert re.fullmatch(r"explored 2 controlled schedule\(s\), \d distinct: 0 ran controlled to the end, "
+                        r"2 lost control \(at step \d: seeds? 1.*\)", summary[0]), summary
+    assert summary[1].startswith("no schedule failed, but 2 of 2 world(s) lost control"), summary
