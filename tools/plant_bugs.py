@@ -46,6 +46,8 @@ SD = "tests/unit/test_scenario_devices.py::"
 CF = "tests/world/test_cuda_fork.py::"
 UD = "tests/unit/test_devices.py::"
 WD = "tests/world/test_devices.py::"
+CL = "tests/world/test_control_lost.py::"
+UCL = "tests/unit/test_control_lost.py::"
 
 
 @dataclass(frozen=True)
@@ -698,6 +700,32 @@ BUGS = (
     Bug("--rpc-devices=cuda without CUDA fails every world test instead of the session", "rpc_harness/pytest_plugin.py",
         'if values.get("devices", ((), ""))[0]:', "if False:",
         (PLUGIN + "test_session_devices_this_machine_lacks_are_one_usage_error",)),
+    Bug("a world that lost control passes its test without a warning", "rpc_harness/pytest_plugin.py",
+        "if lost and (not strict or not result.ok):", "if False:",
+        (CL + "test_a_world_that_lost_control_warns_with_the_step_and_the_stacks",)),
+    Bug("the scheduler forgets the step it lost control at", "rpc_harness/_scheduler.py",
+        "self.lost_at = len(self.steps)", "self.lost_at = None",
+        (CL + "test_a_world_that_lost_control_warns_with_the_step_and_the_stacks",)),
+    Bug("--rpc-schedule-strict only warns", "rpc_harness/pytest_plugin.py",
+        "        if lost and strict:", "        if False:",
+        (CL + "test_under_the_strict_flag_or_ini_key_a_world_that_lost_control_fails_its_test",)),
+    Bug("the ini key rpc_schedule_strict is ignored", "rpc_harness/pytest_plugin.py",
+        "bool(_session_setting(config, STRICT_OPTION)[0])", "bool(config.getoption(_dest(STRICT_OPTION)))",
+        (CL + "test_under_the_strict_flag_or_ini_key_a_world_that_lost_control_fails_its_test[ini]",
+         CL + "test_the_strict_ini_key_is_a_bool")),
+    Bug("a strict session both warns and fails", "rpc_harness/pytest_plugin.py",
+        "if lost and (not strict or not result.ok):", "if lost:",
+        (CL + "test_under_the_strict_flag_or_ini_key_a_world_that_lost_control_fails_its_test",)),
+    Bug("an exploration forgets which worlds lost control", "rpc_harness/explore.py",
+        "self.lost_at = self.world.control_lost_at", "self.lost_at = None",
+        (UCL + "test_an_exploration_whose_worlds_lost_control_says_how_many_and_where",
+         CL + "test_explore_counts_the_worlds_that_lost_control_and_where")),
+    Bug("an exploration of worlds that lost control says 'no schedule failed' alone", "rpc_harness/explore.py",
+        "            if self.lost:\n                return", "            if False:\n                return",
+        (UCL + "test_an_exploration_whose_worlds_lost_control_says_how_many_and_where",)),
+    Bug("'rpc-harness run --repeat' does not say that worlds lost control", "rpc_harness/apps/cli.py",
+        '            print("\\n".join(found.summary()[1:]))\n            continue', "            continue",
+        (UCL + "test_run_repeat_under_a_schedule_counts_the_worlds_that_lost_control",)),
 )
 
 
