@@ -466,7 +466,7 @@ class RpcWorld:
         lost = self._control_lost(result, len(self.results) - 1)
         strict = self._config.stash[_strict_key]
         if lost and (not strict or not result.ok):  # a failure for other reasons: its report must still say so
-            warnings.warn(ControlLostPytestWarning(lost), stacklevel=1)
+            warnings.warn(ControlLostPytestWarning(lost), stacklevel=3)  # the line of the test that ran it
         skipped = result.skipped
         if skipped is not None and not result.failures and not result.timed_out:
             pytest.skip(f"{skipped.label}: {skipped.error}")
