@@ -158,8 +158,10 @@ class WorldResult:
 
     @property
     def controlled(self) -> bool:
-        """Whether a controlled schedule held to the end."""
-        return bool(self.schedule_note) and not self.schedule_note.startswith("no longer")
+        """Whether a controlled schedule held to the end: the world ran under
+        one, and never let its tasks run free (``control_lost_at``). The one
+        predicate; the note is for people."""
+        return self.schedule_label != "free" and self.control_lost_at is None
 
     @property
     def world_size(self) -> int:

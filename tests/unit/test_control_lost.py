@@ -4,6 +4,7 @@ results (tests/world/test_control_lost.py runs real ones)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -22,7 +23,7 @@ def world(seed: int, lost_at: int | None, *, failed: bool = False) -> WorldResul
              RankOutcome(1, "caller1", status="ok")]
     note = NOTE.format(lost_at) if lost_at is not None else "controlled (controlled), 4 steps"
     return WorldResult(names=("keeper", "caller1"), seed=seed, faults=FaultPlan(), deadline=5.0, ranks=ranks,
-                       schedule_note=note, control_lost_at=lost_at)
+                       schedule_note=note, control_lost_at=lost_at, schedule_label="controlled")
 
 
 def explored(lost: dict[int, int], failing: int | None = None, schedules: int = 4):
@@ -78,3 +79,12 @@ def test_run_repeat_under_a_schedule_counts_the_worlds_that_lost_control(monkeyp
     assert "rnn world 3 (clean): explored 3 controlled schedule(s), 1 distinct: 1 ran controlled to the end, " \
            "2 lost control (at step 2: seeds 7, 9)" in out, out
     assert "no schedule failed, but 2 of 3 world(s) lost control" in out, out
+
+
+def test_whether_a_world_stayed_controlled_is_one_predicate_on_the_step_it_was_lost_at():
+    assert world(1, None).controlled
+    assert not world(1, 3).controlled
+    free = WorldResult(names=("a",), seed=1, faults=FaultPlan(), deadline=5.0, ranks=[RankOutcome(0, "a")])
+    assert not free.controlled, "a free-running world was never controlled"
+    # The note is for people: a world whose note reads otherwise is judged by its step.
+    assert not dataclasses.replace(world(1, 3), schedule_note="controlled (controlled), 4 steps").controlled
