@@ -151,12 +151,15 @@ def _session_setting(config: pytest.Config, flag: str) -> tuple[Any, str]:
     return (None if raw is None or raw == "" else raw), where
 
 
-def _command_line_flags(config: pytest.Config) -> list[tuple[str, str]]:
+def _command_line_flags(config: pytest.Config) -> list[tuple[str, str | None]]:
     """The world options given on this session's command line, as typed:
     a replay line without them would run other worlds (a free schedule for
     a controlled one, no fuzz)."""
     given = ((option.flag, config.getoption(_dest(option.flag))) for option in SESSION_OPTIONS.values() if option.flag)
-    return [(flag, str(value)) for flag, value in given if value is not None]
+    flags: list[tuple[str, str | None]] = [(flag, str(value)) for flag, value in given if value is not None]
+    if config.getoption(_dest(STRICT_OPTION)):  # a lost control failed the test: so must its replay
+        flags.append((STRICT_OPTION, None))
+    return flags
 
 
 def _session_seed(config: pytest.Config) -> int:

@@ -150,12 +150,12 @@ class Repro:
 # -- the other forms ------------------------------------------------------------------------
 
 
-def pytest_line(nodeid: str, session_seed: int, flags: Sequence[tuple[str, str]] = ()) -> str:
+def pytest_line(nodeid: str, session_seed: int, flags: Sequence[tuple[str, str | None]] = ()) -> str:
     """The pytest command that replays a test with the same seeds, and the
     world options the run was given on its command line (``flags``: flag and
-    text, e.g. ``("--rpc-schedule", "controlled")``; the ini file's come
-    along by themselves)."""
-    given = "".join(f" {shlex.quote(f'{flag}={text}')}" for flag, text in flags)
+    text, e.g. ``("--rpc-schedule", "controlled")``, or None for a flag that
+    takes no value; the ini file's come along by themselves)."""
+    given = "".join(f" {shlex.quote(flag if text is None else f'{flag}={text}')}" for flag, text in flags)
     return f"pytest {shlex.quote(nodeid)} {SEED_FLAG}={session_seed}{given}"
 
 

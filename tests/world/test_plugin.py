@@ -474,11 +474,12 @@ def test_fails(rpc_world):
     print("NOTE", result.schedule_note.split(",")[0], "DIGEST", result.schedule_digest)
     assert False, "fail on purpose"
 """)
-    result = run(pytester, "-s", "--rpc-seed=3", "--rpc-schedule=pct:2", "--rpc-deadline=30")
+    result = run(pytester, "-s", "--rpc-seed=3", "--rpc-schedule=pct:2", "--rpc-deadline=30", "--rpc-schedule-strict")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     line = re.search(r"^-+ rpc-harness replay -+\n(pytest .*)$", out, re.M)[1]
-    assert line.endswith("test_fails --rpc-seed=3 --rpc-deadline=30 --rpc-schedule=pct:2"), line
+    # --rpc-schedule-strict too: a test that failed for a lost control must fail again so.
+    assert line.endswith("test_fails --rpc-seed=3 --rpc-deadline=30 --rpc-schedule=pct:2 --rpc-schedule-strict"), line
     digest = re.search(r"NOTE controlled \(pct:2\) DIGEST (\S+)", out)[1]
     again = run(pytester, "-s", *shlex.split(line)[2:])
     assert f"NOTE controlled (pct:2) DIGEST {digest}" in again.stdout.str(), "the same schedule again"
