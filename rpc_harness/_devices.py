@@ -34,6 +34,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import _cuda_fork
 from .errors import Unsupported
 
 BASIC_CHANNELS = ("basic",)
@@ -43,12 +44,6 @@ BASIC_CHANNELS = ("basic",)
 # cuda_xth works within one process only and cuda_gdr needs InfiniBand.
 CUDA_CHANNELS = ("cuda_ipc", "cuda_basic")
 _MARK = "_rpc_harness_devices"
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def names_devices(device_maps: Mapping[str, Mapping[Any, Any]] | None, devices: Sequence[Any] | None) -> bool:
@@ -66,7 +61,7 @@ def channels(device_maps: Mapping[str, Mapping[Any, Any]] | None = None, devices
     cannot receive a CUDA tensor even when only its peer maps devices (the
     TensorPipe CUDA RPC tutorial's one-sided map): "Could not find suitable
     channel", and both ranks abort (seen on an H200)."""
-    if (world or names_devices(device_maps, devices)) and (cuda_available() if cuda is None else cuda):
+    if (world or names_devices(device_maps, devices)) and (_cuda_fork.cuda_available() if cuda is None else cuda):
         return [*CUDA_CHANNELS, *BASIC_CHANNELS]
     return list(BASIC_CHANNELS)
 
@@ -79,7 +74,7 @@ def check(what: str, device_maps: Mapping[str, Mapping[Any, Any]] | None = None,
         return
     import torch
 
-    if not cuda_available():
+    if not _cuda_fork.cuda_available():
         raise Unsupported(
             f"{what} asks for CUDA tensors between workers, but CUDA is not available here (torch "
             f"{torch.__version__}, torch.cuda.is_available() is False). The harness runs TensorPipe over its TCP "
@@ -181,16 +176,12 @@ def require_world_devices(devices: Sequence[str], *, where: str, faulty_agent: b
     which leaves this process fork-safe (``_cuda_fork``)."""
     if not devices:
         return 0
-    from ._cuda_fork import cuda_available as fork_safe_cuda_available
-
-    asked = ",".join(devices)
-    if not fork_safe_cuda_available():
-        import torch
-
-        raise Unsupported(f"{where}: devices={asked!r} asks for CUDA, but CUDA is not available here (torch "
-                          f"{torch.__version__}); run it on a machine with a GPU, or without devices")
     import torch
 
+    asked = ",".join(devices)
+    if not _cuda_fork.cuda_available():
+        raise Unsupported(f"{where}: devices={asked!r} asks for CUDA, but CUDA is not available here (torch "
+                          f"{torch.__version__}); run it on a machine with a GPU, or without devices")
     count = torch.cuda.device_count()
     past = [device for device in devices if device != "cuda" and int(device.split(":")[1]) >= count]
     if past:

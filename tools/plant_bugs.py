@@ -442,7 +442,7 @@ BUGS = (
         "    required = found.required()\n    if required:", "    required = found.required()\n    if False:",
         (TC + "test_a_removed_name_fails_the_first_world_naming_torch_and_the_piece_before_any_process_starts",)),
     Bug("23 device maps without CUDA reach TensorPipe", "rpc_harness/_devices.py",
-        "    if not cuda_available():\n        raise Unsupported(", "    if False:\n        raise Unsupported(",
+        "    if not _cuda_fork.cuda_available():\n        raise Unsupported(\n", "    if False:\n        raise Unsupported(\n",
         ("tests/unit/test_devices.py::test_device_maps_are_refused_in_init_rpc_without_cuda",
          "tests/world/test_devices.py::test_device_maps_are_refused_before_init_rpc_with_the_harness_reason")),
     # -- found this round: several ranks failing at once, replay lines, exit codes, axes, bench ----------
@@ -684,7 +684,8 @@ BUGS = (
         "if (world or names_devices(device_maps, devices))", "if (names_devices(device_maps, devices))",
         (UD + "test_every_rank_of_a_world_that_may_move_cuda_tensors_offers_the_cuda_channels",)),
     Bug("devices='cuda' on a machine without CUDA starts the world", "rpc_harness/_devices.py",
-        "    if not fork_safe_cuda_available():", "    if False:",
+        "    if not _cuda_fork.cuda_available():\n        raise Unsupported(f\"{where}: devices=",
+        "    if False:\n        raise Unsupported(f\"{where}: devices=",
         (UD + "test_a_world_that_asks_for_cuda_is_refused_before_any_process_starts",)),
     Bug("ranks do not share GPUs round-robin", "rpc_harness/_devices.py",
         'return f"cuda:{rank % max(device_count, 1)}"', 'return "cuda:0"',
