@@ -181,6 +181,23 @@ def test_the_parameter_servers_model_is_on_the_servers_device_and_answers_on_the
     assert all(t.device.type == "cpu" for t in report["final"].values())
 
 
+
+def test_the_parameter_server_gives_up_its_tensors_to_a_cuda_aware_owner_rref():
+    """With devices, TensorPipe's agent finds the CUDA tensors of every value
+    an RPC sets (the RRef of ``rpc.remote(get_parameter_server)`` among them)
+    by pickling it with ``torch._jit_internal._extract_tensors``, which skips
+    plain locks but not an RLock: a ``threading.Condition()`` on the server
+    failed every PS world on an H200 ("Cannot extract tensors from value:
+    cannot pickle '_thread.RLock' object"). On the CPU nothing extracts, so
+    this asks the extractor directly."""
+    from rpc_harness.scenarios.parameter_server.config import Config
+    from rpc_harness.scenarios.parameter_server.server import ParameterServer
+
+    server = ParameterServer(Config(), 3, ("trainer1",))
+    found = torch._jit_internal._extract_tensors(server)
+    assert {id(p) for p in server.model.parameters()} <= {id(t) for t in found}
+
+
 # -- the command line and tokens ---------------------------------------------------------------
 
 

@@ -79,7 +79,10 @@ class ParameterServer(nn.Module):
         self.world_seed = world_seed
         self.trainers = trainers
         self._by_param = {p: n for n, p in self.model.named_parameters()}
-        self._cv = threading.Condition()
+        # A plain lock, not Condition()'s RLock: on CUDA worlds TensorPipe's agent
+        # pickles this object to find its tensors (the owner RRef's value), and
+        # torch's extractor skips plain locks only. Nothing here re-enters it.
+        self._cv = threading.Condition(threading.Lock())
         self._holder: _Lease | None = None
         self._queue: deque[_Lease] = deque()
         self._version = 0
