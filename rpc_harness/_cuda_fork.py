@@ -20,13 +20,17 @@ Three guards, after vLLM's (it sets the same variable, vllm#15951):
   NVML's fallback) raise instead, naming the module being imported. That
   module is dropped from the forkserver's ``sys.modules`` so each rank
   imports it itself, where CUDA is allowed, and the parent warns, naming it.
-- A rank that finds itself forked from a process that initialized CUDA
-  anyway (through a library other than torch) says so and what to do,
-  instead of torch's message at its first CUDA call.
+- After each preloaded module, the forkserver asks the driver itself
+  whether it is initialized (:func:`driver_initialized`): a library other
+  than torch (CuPy, JAX, a ctypes ``cuInit``) cannot be refused, but the
+  module that did it is named to the parent, and a rank of a world that asks
+  for CUDA says who did it and what to do, instead of torch's "CUDA driver
+  initialization failed" at its first CUDA call. CPU worlds go on.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import warnings
@@ -35,6 +39,10 @@ from typing import Any
 NVML_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 # The modules the forkserver refused to preload, as JSON: inherited by ranks.
 CULPRITS_ENV = "_RPC_HARNESS_CUDA_CULPRITS"
+# The modules after whose import the CUDA driver was initialized, as JSON.
+DRIVER_CULPRITS_ENV = "_RPC_HARNESS_CUDA_DRIVER_CULPRITS"
+_DRIVER = "libcuda.so.1"
+_CUDA_SUCCESS = 0
 
 
 class ForkserverCudaWarning(UserWarning):
@@ -43,7 +51,7 @@ class ForkserverCudaWarning(UserWarning):
 
 
 _category: type[Warning] = ForkserverCudaWarning
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()  # (what it did, module)
 
 
 def ask_through_nvml() -> None:
@@ -64,6 +72,21 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def driver_initialized() -> bool:
+    """Whether the CUDA driver was initialized in this process, by torch or
+    by any other library, asked without initializing it: ``cuDeviceGetCount``
+    answers CUDA_ERROR_NOT_INITIALIZED until ``cuInit`` has run (seen on an
+    H200, torch 2.11+cu130: 3 before, 0 after; a fork of an initialized
+    process answers 3 too, so only the process itself can tell). False where
+    there is no driver."""
+    try:
+        driver = ctypes.CDLL(_DRIVER)
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return bool(driver.cuDeviceGetCount(ctypes.byref(count)) == _CUDA_SUCCESS)
+
+
 class PreloadWatch:
     """While the forkserver preloads: torch's ways into the CUDA driver raise
     instead, and the module being imported is named as their caller."""
@@ -71,10 +94,13 @@ class PreloadWatch:
     def __init__(self) -> None:
         self.module: str | None = None
         self.culprits: list[str] = []
+        self.driver_culprits: list[str] = []
+        self._driver_was = False
         self._saved: list[tuple[Any, str, Any]] = []
 
     def start(self) -> None:
         os.environ[NVML_ENV] = "1"  # in the forkserver, whatever the parent had
+        self._driver_was = driver_initialized()
         import torch
 
         for owner, name in ((torch.cuda, "_lazy_init"), (torch._C, "_cuda_getDeviceCount")):
@@ -92,6 +118,13 @@ class PreloadWatch:
             "every rank forked from it, so each rank imports this module itself instead"
         )
 
+    def imported(self, module: str) -> None:
+        """After ``module``'s import: name it if the CUDA driver is initialized
+        now and was not before (the first module to do so is the culprit)."""
+        if not self._driver_was and driver_initialized():
+            self._driver_was = True
+            self.driver_culprits.append(module)
+
     def stop(self) -> None:
         """Put torch back as it was (before any rank is forked) and hand the
         culprits down to the ranks."""
@@ -99,12 +132,15 @@ class PreloadWatch:
             setattr(owner, name, original)
         self._saved.clear()
         os.environ[CULPRITS_ENV] = json.dumps(self.culprits)
+        os.environ[DRIVER_CULPRITS_ENV] = json.dumps(self.driver_culprits)
 
 
-def write_culprits(path: str, culprits: list[str]) -> None:
-    """The forkserver's word to its parent (see :func:`warn_about_culprits`)."""
+def write_culprits(path: str, culprits: list[str], driver_culprits: list[str] = ()) -> None:
+    """The forkserver's word to its parent (see :func:`warn_about_culprits`):
+    the modules it refused to preload, and the module after whose import the
+    CUDA driver was initialized."""
     with open(path + ".tmp", "w") as file:
-        json.dump(culprits, file)
+        json.dump({"refused": list(culprits), "driver": list(driver_culprits)}, file)
     os.replace(path + ".tmp", path)  # whole, or not there yet
 
 
@@ -120,12 +156,20 @@ def warn_about_culprits(path: str) -> None:
     forkserver refused to preload because it asked for CUDA."""
     try:
         with open(path) as file:
-            culprits = json.load(file)
+            said = json.load(file)
     except (OSError, ValueError):
         return  # no forkserver yet, or it found nothing to say
-    for module in culprits:
-        if module not in _warned:
-            _warned.add(module)
+    for module in said.get("driver", []):
+        if ("driver", module) not in _warned:
+            _warned.add(("driver", module))
+            warnings.warn(_category(
+                f"{module} initialized the CUDA driver at import, in rpc-harness's forkserver, through a library "
+                "other than torch (which the forkserver cannot refuse): ranks forked from it cannot use CUDA, and "
+                "worlds that ask for CUDA devices fail, naming it. Move that call into the test or the entry, or "
+                "the module out of rpc_preload; CPU worlds still run"), stacklevel=3)
+    for module in said.get("refused", []):
+        if ("refused", module) not in _warned:
+            _warned.add(("refused", module))
             warnings.warn(_category(
                 f"{module} asked for CUDA at import, in rpc-harness's forkserver: it was not preloaded there, and "
                 "each rank imports it itself (slower, but every world still runs). Ask for CUDA inside tests or "
@@ -133,18 +177,26 @@ def warn_about_culprits(path: str) -> None:
                 stacklevel=3)
 
 
-def rank_fork_error() -> Exception | None:
+def rank_fork_error(wants_cuda: bool = False) -> Exception | None:
     """In a rank, before its first CUDA call: the error to stop with when it
     was forked from a process that initialized CUDA (saying who did and what
-    to do), or None."""
+    to do), or None. A driver initialized by another library stops only a
+    rank whose world asks for CUDA (``wants_cuda``)."""
     import torch
 
+    from .errors import Unsupported
+
+    driver_culprits = json.loads(os.environ.get(DRIVER_CULPRITS_ENV, "[]"))
+    if wants_cuda and driver_culprits and not torch.cuda._is_in_bad_fork():
+        return Unsupported(
+            f"this rank was forked from rpc-harness's forkserver after importing {', '.join(driver_culprits)} "
+            "initialized the CUDA driver there (through a library other than torch), so CUDA cannot be used in "
+            "it. Move that call into the test or the entry, or take the module out of rpc_preload"
+        )
     if not torch.cuda._is_in_bad_fork():
         return None
     culprits = json.loads(os.environ.get(CULPRITS_ENV, "[]"))
     named = f" (it refused to preload {', '.join(culprits)})" if culprits else ""
-    from .errors import Unsupported
-
     return Unsupported(
         "this rank was forked from rpc-harness's forkserver after CUDA was initialized there, so CUDA cannot be "
         f"used in it{named}. Something the forkserver imported (a test module, a conftest, an rpc_preload module) "

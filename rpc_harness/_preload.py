@@ -92,12 +92,14 @@ for _name in _settings.get("modules", []):
         importlib.import_module(_name)
     except BaseException:  # noqa: BLE001, S110 - see the docstring
         pass
+    if _rewriting:
+        _watch.imported(_name)
     if _name in _watch.culprits:
         sys.modules.pop(_name, None)  # each rank imports it itself, where CUDA is allowed
 _watch.module = None
 _watch.stop()
 if _settings.get("cuda_report"):
-    write_culprits(_settings["cuda_report"], _watch.culprits)
+    write_culprits(_settings["cuda_report"], _watch.culprits, _watch.driver_culprits)
 
 # The forkserver's loop watches the parent from here on; and no thread may
 # be left running when it forks ranks.

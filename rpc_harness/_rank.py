@@ -101,7 +101,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
     )
     activate(ctx)
     # Before anything touches CUDA (seeding may); raised where failures are reported.
-    fork_error = _cuda_fork.rank_fork_error()
+    fork_error = _cuda_fork.rank_fork_error(wants_cuda=bool(options.devices))  # devices are CUDA ones
     if fork_error is None:
         ctx.device, ctx.world_devices = _take_device(options.devices, boot.rank), options.devices
         seed_everything(ctx.seed)

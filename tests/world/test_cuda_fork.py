@@ -112,6 +112,45 @@ def test_a_module_that_asks_for_cuda_at_import_is_named_and_imported_by_each_ran
                                  "rpc-harness's forkserver: it was not preloaded there*"])
 
 
+# A CUDA machine as the parent sees it; and a test module whose import leaves
+# the driver initialized, as cupy or a ctypes cuInit(0) would: the forkserver
+# cannot refuse that, only name it.
+FAKE_CUDA_MACHINE_CONFTEST = """
+import torch
+import rpc_harness._cuda_fork as cuda_fork
+
+cuda_fork.cuda_available = lambda: True
+torch.cuda.device_count = lambda: 1
+"""
+
+DRIVER_MODULE = """
+import rpc_harness._cuda_fork as cuda_fork
+
+cuda_fork.driver_initialized = lambda: True
+
+def entry(ctx):
+    return str(ctx.device)
+
+def test_cuda_world(rpc_world):
+    rpc_world.run(entry, world_size=2, devices="cuda")
+
+def test_cpu_world(rpc_world):
+    assert rpc_world.run(entry, world_size=2).values == ["cpu", "cpu"]
+"""
+
+
+def test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so(pytester):
+    pytester.makeconftest(FAKE_CUDA_MACHINE_CONFTEST)
+    pytester.makepyfile(test_a_driver=DRIVER_MODULE)
+    result = _run(pytester, "-rw")
+    result.assert_outcomes(passed=1, failed=1, warnings=1)
+    result.stdout.fnmatch_lines([
+        "*raised Unsupported: this rank was forked from rpc-harness's forkserver after importing test_a_driver "
+        "initialized the CUDA driver there*",
+        "*ForkserverCudaPytestWarning: test_a_driver initialized the CUDA driver at import, in rpc-harness's "
+        "forkserver*"])
+
+
 def test_a_rank_forked_after_cuda_was_initialized_says_who_and_what_to_do(pytester):
     pytester.makepyfile(
         test_bad_fork="""
@@ -159,4 +198,62 @@ def test_the_forkserver_names_its_culprits_to_the_parent_once(tmp_path, recwarn)
     _cuda_fork.warn_about_culprits(str(report))
     named = [w for w in recwarn if issubclass(w.category, _cuda_fork.ForkserverCudaWarning)]
     assert len(named) == 1 and "tests.gpu_module asked for CUDA" in str(named[0].message)
-    assert json.loads(report.read_text()) == ["tests.gpu_module"]
+    assert json.loads(report.read_text()) == {"refused": ["tests.gpu_module"], "driver": []}
+
+
+def test_the_forkserver_names_the_module_that_initialized_the_driver_once(tmp_path, recwarn):
+    report = tmp_path / "forkserver-cuda.json"
+    _cuda_fork.write_culprits(str(report), [], ["cupy_at_import"])
+    _cuda_fork.warn_about_culprits(str(report))
+    _cuda_fork.warn_about_culprits(str(report))
+    named = [w for w in recwarn if issubclass(w.category, _cuda_fork.ForkserverCudaWarning)]
+    assert len(named) == 1 and "cupy_at_import initialized the CUDA driver at import" in str(named[0].message)
+
+
+class _FakeDriver:
+    """libcuda's cuDeviceGetCount: 3 (CUDA_ERROR_NOT_INITIALIZED) until cuInit."""
+
+    def __init__(self, initialized):
+        self.initialized = initialized
+
+    def cuDeviceGetCount(self, count):  # noqa: N802 - the driver's name
+        return 0 if self.initialized else 3
+
+
+@pytest.mark.parametrize("initialized", [False, True])
+def test_the_driver_is_asked_whether_it_was_initialized_without_initializing_it(monkeypatch, initialized):
+    monkeypatch.setattr(_cuda_fork.ctypes, "CDLL", lambda name: _FakeDriver(initialized))
+    assert _cuda_fork.driver_initialized() is initialized
+
+
+def test_no_driver_is_no_initialized_driver(monkeypatch):
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(_cuda_fork.ctypes, "CDLL", missing)
+    assert _cuda_fork.driver_initialized() is False
+
+
+def test_the_first_module_after_which_the_driver_is_initialized_is_the_culprit(monkeypatch):
+    driver = _FakeDriver(False)
+    monkeypatch.setattr(_cuda_fork.ctypes, "CDLL", lambda name: driver)
+    watch = _cuda_fork.PreloadWatch()
+    watch.start()
+    try:
+        watch.imported("conftest")
+        driver.initialized = True
+        watch.imported("test_cupy")
+        watch.imported("test_after")
+    finally:
+        watch.stop()
+    assert watch.driver_culprits == ["test_cupy"]
+    assert json.loads(__import__("os").environ[_cuda_fork.DRIVER_CULPRITS_ENV]) == ["test_cupy"]
+
+
+def test_a_driver_culprit_stops_only_ranks_of_worlds_that_ask_for_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: False)
+    monkeypatch.setenv(_cuda_fork.DRIVER_CULPRITS_ENV, json.dumps(["test_cupy"]))
+    error = _cuda_fork.rank_fork_error(wants_cuda=True)
+    assert isinstance(error, rpc_harness.Unsupported)
+    assert "after importing test_cupy initialized the CUDA driver there" in str(error)
+    assert _cuda_fork.rank_fork_error(wants_cuda=False) is None, "a CPU world goes on"
