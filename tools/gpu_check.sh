@@ -58,7 +58,7 @@ gpu_counts=$(counts "$out/tests-gpu.xml"); notes+=("$gpu_counts")
 step "rpc-harness run all --device cuda" "$out/run-device-cuda.log" -- \
     "${bin}rpc-harness" run all --device cuda --seed 1 --progress lines --out "$out/run"
 notes+=("$(grep -E '^(ok|FAILED):' "$out/run-device-cuda.log" | wc -l) worlds reported, $(grep -c '^FAILED:' "$out/run-device-cuda.log") failed")
-step "whole suite" "$out/suite.log" -- "${bin}pytest" -n auto -rs --junitxml="$out/suite.xml"
+step "whole suite" "$out/suite.log" -- "${bin}pytest" -n auto -v --tb=short -rfEs --durations=15 --junitxml="$out/suite.xml"
 notes+=("$(counts "$out/suite.xml")")
 
 echo

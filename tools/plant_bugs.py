@@ -736,6 +736,24 @@ BUGS = (
         'return bool(self.schedule_note) and not self.schedule_note.startswith("no longer")',
         ("tests/unit/test_control_lost.py::"
          "test_whether_a_world_stayed_controlled_is_one_predicate_on_the_step_it_was_lost_at",)),
+    Bug("the parameter server's condition holds an RLock (no tensors extracted on CUDA)",
+        "rpc_harness/scenarios/parameter_server/server.py",
+        "self._cv = threading.Condition(threading.Lock())", "self._cv = threading.Condition()",
+        (SD + "test_the_parameter_server_gives_up_its_tensors_to_a_cuda_aware_owner_rref",)),
+    Bug("the forkserver never asks the driver after a preloaded module", "rpc_harness/_preload.py",
+        "    if _rewriting:\n        _watch.imported(_name)\n", "",
+        (CF + "test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so",)),
+    Bug("a driver culprit stops no rank", "rpc_harness/_cuda_fork.py",
+        "if wants_cuda and driver_culprits and not", "if False and driver_culprits and not",
+        (CF + "test_a_driver_culprit_stops_only_ranks_of_worlds_that_ask_for_cuda",
+         CF + "test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so")),
+    Bug("a driver culprit stops CPU worlds too", "rpc_harness/_cuda_fork.py",
+        "if wants_cuda and driver_culprits and not", "if driver_culprits and not",
+        (CF + "test_a_driver_culprit_stops_only_ranks_of_worlds_that_ask_for_cuda",
+         CF + "test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so")),
+    Bug("the driver is read as initialized on any answer", "rpc_harness/_cuda_fork.py",
+        "cuDeviceGetCount(ctypes.byref(count)) == _CUDA_SUCCESS)", "cuDeviceGetCount(ctypes.byref(count)) is not None)",
+        (CF + "test_the_driver_is_asked_whether_it_was_initialized_without_initializing_it",)),
 )
 
 
