@@ -537,17 +537,24 @@ def _add_one_here(x):
     return x + 1
 
 
-def ring_on_device(ctx, kill_rank=None):
+def ring_on_device(ctx, kill_rank=None, nvml=False):
     """Each rank rpc_syncs a tensor on its device to the next rank, which
     adds one on its own device; what comes back is on the sender's device.
     The same entry runs on the CPU (tests/world) and on CUDA (tests/gpu).
-    ``kill_rank`` SIGKILLs itself after its call (the nothing-left check)."""
+    ``kill_rank`` SIGKILLs itself after its call (the nothing-left check);
+    ``nvml`` adds whether NVML lists this rank's pid as holding GPU memory
+    (that check is not vacuous)."""
     x = torch.full((4,), float(ctx.rank), device=ctx.device)
     peer = ctx.names[(ctx.rank + 1) % ctx.world_size]
     y = rpc.rpc_sync(peer, _add_one_here, args=(x,))
     if ctx.rank == kill_rank:
         os.kill(os.getpid(), signal.SIGKILL)
-    return {"device": str(y.device), "value": y.cpu().tolist()}
+    out = {"device": str(y.device), "value": y.cpu().tolist()}
+    if nvml:
+        from rpc_harness import _nvml
+
+        out["listed_by_nvml"] = os.getpid() in (_nvml.gpu_processes() or {})
+    return out
 
 
 class Counter:

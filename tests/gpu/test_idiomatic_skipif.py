@@ -16,10 +16,13 @@ import worlds
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+# Read right after the skipif, at import: by the time a test runs, another
+# test of this process (one with a tensor on cuda:0) may have initialized it.
+CUDA_INITIALIZED_BY_THE_SKIPIF = torch.cuda.is_initialized()
 
 
 def test_the_skipif_left_cuda_uninitialized_in_this_process():
-    assert not torch.cuda.is_initialized(), "asking torch.cuda.is_available() initialized CUDA"
+    assert not CUDA_INITIALIZED_BY_THE_SKIPIF, "asking torch.cuda.is_available() initialized CUDA"
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
