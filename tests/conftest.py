@@ -8,6 +8,7 @@ import tempfile
 import time
 
 import pytest
+from failure_log import pytest_runtest_logreport  # noqa: F401 - a hook of this suite
 from hypothesis import settings
 
 # No per-example deadline: on a loaded 2-core machine (pytest -n auto) an

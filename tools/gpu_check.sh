@@ -6,7 +6,9 @@
 #   3. the whole suite      (pytest -n auto, tests/gpu's idiomatic skipif module included)
 # and print what ran and what passed. Exit 0 only when every step passed and
 # tests/gpu skipped nothing. Refuses (exit 2) where CUDA is not available.
-# Written on a machine without a GPU: not yet run (docs/benchmarks.md).
+# Run on an H200 on 2026-11-26 (what passed: docs/benchmarks.md). Failures are
+# written to OUT_DIR/failures.log as they happen (tests/failure_log.py): a
+# suite stopped at a time limit still says why its tests failed.
 #
 # Usage: tools/gpu_check.sh [OUT_DIR]   (default: rpc-harness-out/gpu-check)
 set -uo pipefail
@@ -53,6 +55,7 @@ step() {  # step NAME LOG -- command...
     echo "=== gpu_check: $name: exit $code"
 }
 
+export RPC_HARNESS_FAILURE_LOG="$out/failures.log"
 step "tests/gpu" "$out/tests-gpu.log" -- "${bin}pytest" tests/gpu -m gpu -rs -v --junitxml="$out/tests-gpu.xml"
 gpu_counts=$(counts "$out/tests-gpu.xml"); notes+=("$gpu_counts")
 step "rpc-harness run all --device cuda" "$out/run-device-cuda.log" -- \
@@ -69,6 +72,7 @@ for i in "${!names[@]}"; do
     verdict=PASSED; [ "${codes[$i]}" = 0 ] || { verdict=FAILED; status=1; }
     printf '  %-36s %-6s exit %s  (%s)\n' "${names[$i]}" "$verdict" "${codes[$i]}" "${notes[$i]}"
 done
+[ -s "$out/failures.log" ] && { echo "  failures, as they happened ($out/failures.log):"; grep "^=== " "$out/failures.log" | sed "s/^/    /"; }
 case "$gpu_counts" in
     *" 0 skipped"*) ;;
     *) echo "  tests/gpu skipped some tests: not a full GPU check"; status=1 ;;

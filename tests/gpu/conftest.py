@@ -4,9 +4,8 @@ CUDA is not available, by ``rpc_harness.cuda_available()``, which asks NVML
 and leaves CUDA uninitialized (this conftest is imported by the forkserver
 too, before every rank's fork).
 
-NOT YET RUN: written on a machine without a GPU; no test here has passed on
-a GPU so far (docs/benchmarks.md, 'GPU: not yet run'). ``tools/gpu_check.sh``
-runs them on a CUDA machine."""
+Run on an H200 on 2026-11-26 (docs/benchmarks.md says what passed there);
+``tools/gpu_check.sh`` runs them on a CUDA machine."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The TensorPipe CUDA RPC tutorial's one-sided device map
 (tests/programs/cuda_rpc.py: only worker0 names a map) under
 ``rpc_world.spawn``: every rank offers TensorPipe's CUDA channels, so the
-pipe finds one (issue 29, item 3). NOT YET RUN on a GPU."""
+pipe finds one (issue 29, item 3). Passed on an H200 (2026-11-26)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Nothing left on the GPU: after a CUDA world, killed ranks included, the
 number of compute processes NVML lists is back to what it was (issue 29,
 item 5). Read through NVML (rpc_harness._nvml), which initializes no CUDA
-in the test process. NOT YET RUN on a GPU."""
+in the test process. Passed on an H200 (2026-11-26; docs/benchmarks.md)."""
 
 from __future__ import annotations
 

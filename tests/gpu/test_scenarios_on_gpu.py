@@ -2,7 +2,9 @@
 its single-process CPU baseline within the GPU tolerances
 (rpc_harness/scenarios/_device.py says which and why), and its fault checks
 (killed trainer, slow observer, server kill, ...) run on the GPU too.
-NOT YET RUN on a GPU."""
+Passed alone on an H200 (2026-11-26), with the largest gradient difference
+from the CPU baseline 3.1e-6; all ten failed inside the whole suite there,
+for a reason that run did not print (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
