@@ -13,7 +13,10 @@
 - what recording an RPC for the timeline adds to the call;
 - each scenario's steps per second and peak memory per rank;
 - controlled schedules: worlds per minute against free-running ones, and
-  how many worlds each way of running takes to hit a rare race;
+  how many worlds each way of running (random walk, PCT, free, fuzzed)
+  takes to fail on each race (a lost update, a pipeline that trusts arrival
+  order, the PS tutorial's #780 from a checkout), median and worst over 20
+  seeds, with PCT's measured rate against its bound;
 - with ``--device cuda`` (only that): a 4-rank world's bring-up with CUDA
   against the CPU, an ``rpc_sync`` round trip of a 1 MB tensor along the
   world's device maps against the same tensor on the CPU, and each
@@ -388,30 +391,100 @@ def schedule_cost(repeat: int) -> dict[str, Any]:
     return out
 
 
-FINDERS = (("controlled (random)", "controlled", 0.0), ("pct:3", "pct:3", 0.0), ("free", "free", 0.0),
-           ("free + fuzz 0.02", "free", 0.02))
+# The ways of running a race is measured under: the random walk, PCT of
+# depths 2 and 3 (spread over the program's own number of steps, which makes
+# PCT's bound as tight as it gets), and free-running worlds with and without
+# fuzzing.
+STRATEGIES = ("random", "pct:2", "pct:3", "free", "free + fuzz 0.02")
 
 
-def finding_power(tries: int) -> dict[str, Any]:
-    """Worlds it takes each way of running to hit the lost update of
-    ``rpc_harness.apps.races`` (two clients, one 20 ms later than the other),
-    seeds 1, 2, ... ; None if none of ``tries`` did."""
-    from rpc_harness import spawn
-
+def race_programs() -> list[tuple[str, Any, int, tuple[Any, ...], str]]:
+    """The races measured: (label, entry, ranks, args, what its failure
+    says). The lost update and the pipeline ship with rpc-harness; the
+    parameter-server tutorial's race (pytorch/examples#780) is added when the
+    bench runs from a checkout of this repository, which holds it in
+    ``tests/programs``."""
     from . import races
 
-    out: dict[str, Any] = {}
-    for label, schedule, fuzz in FINDERS:
-        first = None
-        for seed in range(1, tries + 1):
-            world = spawn(races.run_worker, args=(4,), nprocs=4, seed=seed, schedule=schedule, fuzz=fuzz,
-                          deadline=120, check=False)
-            if not world.ok:
-                first = seed
-                break
-        out[label] = first
-        print(f"  first lost update, {label}: {first if first else f'none in {tries}'}", flush=True)
-    return {"tries": tries, "first_failure": out}
+    programs: list[tuple[str, Any, int, tuple[Any, ...], str]] = [
+        ("lost update", races.run_worker, 4, (4,), "lost update"),
+        ("pipeline order", races.pipeline_worker, 3, (3,), "pipeline out of order"),
+    ]
+    tests = os.path.join(os.getcwd(), "tests")
+    if os.path.exists(os.path.join(tests, "programs", "tutorial_ps_mnist.py")):
+        if tests not in sys.path:
+            sys.path.insert(0, tests)
+        from programs import tutorial_ps_mnist  # type: ignore[import-not-found]
+
+        programs.append(("PS tutorial #780", tutorial_ps_mnist.main, 3, (3, 2), "modified by an inplace operation"))
+    return programs
+
+
+def pct_bound(tasks: int, steps: int, depth: int) -> float:
+    """PCT's guarantee: a bug of depth ``depth`` is found with probability at
+    least 1 / (n k^(d-1)) per schedule, n tasks, k steps (Burckhardt et al.,
+    ASPLOS 2010)."""
+    return 1.0 / (tasks * steps ** (depth - 1))
+
+
+def summarize_counts(counts: list[int | None], cap: int) -> dict[str, Any]:
+    """Median and worst of the worlds each seed took to fail (None: not in
+    ``cap``), and the rate of failing worlds among all that ran."""
+    ran = sum(cap if c is None else c for c in counts)
+    failed = sum(c is not None for c in counts)
+    ordered = sorted(float("inf") if c is None else c for c in counts)
+    median = statistics.median(ordered) if ordered else float("inf")
+    return {"median": None if median == float("inf") else median,
+            "worst": None if not ordered or ordered[-1] == float("inf") else ordered[-1],
+            "rate": failed / ran if ran else 0.0, "worlds": ran, "failed": failed}
+
+
+def schedules_until_failure(seeds: int, cap: int) -> dict[str, Any]:
+    """For each race and each way of running it: from ``seeds`` starting
+    seeds, how many worlds it takes to fail (at most ``cap`` each); median,
+    worst, and for PCT the measured rate against its bound. A world that
+    fails for another reason than the race is counted apart and named."""
+    from rpc_harness import spawn
+
+    rows = []
+    for label, entry, nprocs, args, says in race_programs():
+        probe = spawn(entry, args=args, nprocs=nprocs, seed=0, schedule="controlled", deadline=120, check=False)
+        steps, tasks = len(probe.schedule), len({step.task for step in probe.schedule})
+        for strategy in STRATEGIES:
+            schedule, fuzz = ("free", 0.02) if strategy.startswith("free +") else (strategy, 0.0)
+            if schedule.startswith("pct"):
+                schedule = f"{schedule}:{steps}"
+            counts: list[int | None] = []
+            other: list[str] = []
+            for start in range(1, seeds + 1):
+                found = None
+                for j in range(1, cap + 1):
+                    world = spawn(entry, args=args, nprocs=nprocs, seed=start * 1000 + j, schedule=schedule,
+                                  fuzz=fuzz, deadline=120, check=False)
+                    if world.ok:
+                        continue
+                    if says in world.report():
+                        found = j
+                    else:
+                        other.append(f"seed {start * 1000 + j}: {world.report().splitlines()[0]}")
+                    break
+                counts.append(found)
+            row = {"program": label, "strategy": strategy, "schedule": schedule, "steps": steps, "tasks": tasks,
+                   **summarize_counts(counts, cap), "seeds": seeds, "cap": cap, "other_failures": other}
+            if schedule.startswith("pct"):
+                row["bound"] = pct_bound(tasks, steps, int(schedule.split(":")[1]))
+            rows.append(row)
+            print(f"  {label}, {strategy}: {_until(row)}"
+                  + (f", rate {row['rate']:.1%} (bound {row['bound']:.2%})" if "bound" in row else "")
+                  + (f"; {len(other)} other failure(s): {other[0]}" if other else ""), flush=True)
+    return {"seeds": seeds, "cap": cap, "rows": rows}
+
+
+def _until(row: dict[str, Any]) -> str:
+    cap = row["cap"]
+    median = f"> {cap}" if row["median"] is None else f"{row['median']:g}"
+    worst = f"> {cap}" if row["worst"] is None else f"{row['worst']:g}"
+    return f"median {median}, worst {worst}"
 
 
 SECTIONS = ("bring-up", "fixture", "failure", "failpoint", "recording", "scenarios", "schedules")
@@ -460,7 +533,7 @@ def run_bench(
         figures["rpc_recording"] = rpc_recording_cost(3 if quick else 7)
     if "schedules" in only:
         figures["schedule_cost"] = schedule_cost(3 if quick else 10)
-        figures["finding_power"] = finding_power(5 if quick else 40)
+        figures["until_failure"] = schedules_until_failure(5 if quick else 20, 3 if quick else 5)
     if "scenarios" in only and not (quick and only == SECTIONS):
         figures["scenarios"] = scenario_rates(scenarios, per_call)
     return _finish(figures, json_path)
@@ -532,12 +605,17 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"| 3-rank world under a controlled schedule / free-running, worlds per minute (median) | "
                      f"{cost['controlled']['per_minute']:.0f} ({cost['controlled']['steps']:.0f} steps) / "
                      f"{cost['free']['per_minute']:.0f} | | |")
-    power = figures.get("finding_power")
-    if power:
-        tries = power["tries"]
-        found = ", ".join(f"{label} {seed if seed else f'none in {tries}'}"
-                          for label, seed in power["first_failure"].items())
-        lines.append(f"| worlds until the first lost update ({found}) | | | |")
+    until = figures.get("until_failure")
+    if until:
+        lines.append("")
+        lines.append(f"Worlds until the race fails, from {until['seeds']} seeds (at most {until['cap']} each):")
+        lines.append("")
+        lines.append("| race (steps, tasks) | way of running | worlds until it fails | failing worlds | PCT's bound |")
+        lines.append("|---|---|---|---|---|")
+        for row in until["rows"]:
+            bound = f"{row['bound']:.2%}" if "bound" in row else ""
+            lines.append(f"| {row['program']} ({row['steps']}, {row['tasks']}) | {row['strategy']} | {_until(row)} | "
+                         f"{row['rate']:.0%} of {row['worlds']} | {bound} |")
     device = figures.get("device")
     if device:
         # The "spawn way" column holds the CPU's figure here, the ratio device / CPU time.

@@ -43,3 +43,51 @@ def run_worker(rank, world_size, work=0.02):
         assert balance["value"] == expected, f"lost update: balance {balance['value']}, expected {expected}"
         return balance["value"]
     return None
+
+
+# -- a pipeline whose last stage trusts arrival order ---------------------------------------
+#
+# The driver sends micro-batches 0, 1, 2 to the first stage with rpc_async,
+# as a pipeline's driver does; each first-stage handler forwards its
+# micro-batch to the last stage. The last stage appends what arrives,
+# assuming the order it was sent in: the handlers run on a thread pool, so
+# when a later micro-batch's handler forwards first, the pipeline's output
+# is out of order. The driver works ``work`` seconds between sends, so
+# free-running worlds rarely reorder them (the handlers are far apart); under
+# a controlled schedule the order of steps decides.
+
+_arrived: list[int] = []
+
+
+def stage2_forward(microbatch):
+    _arrived.append(microbatch)  # the bug: arrival order taken for send order
+    return microbatch
+
+
+def stage1_forward(microbatch):
+    return rpc.rpc_sync("stage2", stage2_forward, args=(microbatch,))
+
+
+def arrived():
+    return list(_arrived)
+
+
+def pipeline_worker(rank, world_size=3, microbatches=3, work=0.02):
+    names = ["driver", "stage1", "stage2"]
+    rpc.init_rpc(names[rank], rank=rank, world_size=world_size)
+    order = None
+    if rank == 0:
+        futures = []
+        for microbatch in range(microbatches):
+            if microbatch:
+                deadline = time.perf_counter() + work
+                while time.perf_counter() < deadline:
+                    pass
+            futures.append(rpc.rpc_async("stage1", stage1_forward, args=(microbatch,)))
+        for future in futures:
+            future.wait()
+        order = rpc.rpc_sync("stage2", arrived)
+    rpc.shutdown()
+    if rank == 0:
+        assert order == list(range(microbatches)), f"pipeline out of order: the last stage got {order}"
+    return order

@@ -55,3 +55,30 @@ def test_bench_device_cuda_is_refused_with_exit_2_in_one_line_before_any_world(m
     err = captured.err.strip()
     assert "\n" not in err and "--device: devices='cuda' asks for CUDA, but CUDA is not available here" in err
     assert captured.out == ""
+
+
+def test_pcts_bound_is_one_over_n_k_to_the_depth_less_one():
+    assert bench.pct_bound(tasks=10, steps=24, depth=1) == 1 / 10
+    assert bench.pct_bound(tasks=10, steps=24, depth=2) == 1 / 240
+    assert bench.pct_bound(tasks=4, steps=9, depth=3) == 1 / (4 * 81)
+
+
+def test_worlds_until_failure_count_a_capped_seed_as_worse_than_any_and_all_its_worlds():
+    # Seeds failing at their 1st, 3rd world, and one that did not in 5.
+    summary = bench.summarize_counts([1, 3, None], cap=5)
+    assert summary["median"] == 3 and summary["worst"] is None, "the capped seed is the worst"
+    assert summary["worlds"] == 1 + 3 + 5 and summary["failed"] == 2
+    assert summary["rate"] == 2 / 9
+    never = bench.summarize_counts([None, None], cap=5)
+    assert never["median"] is None and never["rate"] == 0.0 and never["worlds"] == 10
+
+
+def test_the_table_gives_each_race_and_way_of_running_its_median_worst_and_pcts_bound():
+    row = {"program": "pipeline order", "strategy": "pct:2", "steps": 24, "tasks": 10, "median": 2, "worst": None,
+           "rate": 0.4, "worlds": 45, "cap": 5, "bound": 1 / 240}
+    free = {**row, "strategy": "free", "median": None, "rate": 0.0, "worlds": 100}
+    del free["bound"]
+    text = bench.table({"until_failure": {"seeds": 20, "cap": 5, "rows": [row, free]}})
+    assert "Worlds until the race fails, from 20 seeds (at most 5 each):" in text
+    assert "| pipeline order (24, 10) | pct:2 | median 2, worst > 5 | 40% of 45 | 0.42% |" in text
+    assert "| pipeline order (24, 10) | free | median > 5, worst > 5 | 0% of 100 |  |" in text

@@ -144,3 +144,28 @@ def test_a_failed_worlds_headline_names_its_schedule_and_fuzz():
     assert "rpc world failed" in headline and "schedule=pct:2" in headline and "fuzz=0.01" in headline, headline
     free = rpc_harness.run_world(worlds.rank2_raises, world_size=3, check=False).report().splitlines()[0]
     assert "rpc world failed" in free and "schedule=" not in free and "fuzz=" not in free, free
+
+
+def pipeline(seed: int, schedule: str = "controlled") -> rpc_harness.WorldResult:
+    return rpc_harness.spawn(lost_update.pipeline_worker, args=(3,), nprocs=3, seed=seed, schedule=schedule,
+                             deadline=60, check=False)
+
+
+def test_a_pipeline_that_trusts_arrival_order_fails_under_some_seeds_and_replays_step_for_step():
+    # The pipeline's shape (rpc_async micro-batches, each handler forwarding
+    # with a nested rpc_sync): a seed decides whether a later micro-batch
+    # overtakes an earlier one at the last stage.
+    worlds = [pipeline(seed) for seed in range(1, 7)]
+    failing = [w for w in worlds if not w.ok]
+    assert failing and len(failing) < len(worlds), [w.ok for w in worlds]
+    assert "pipeline out of order: the last stage got" in failing[0].report()
+    again = pipeline(failing[0].seed, S.replay_schedule(failing[0].schedule))
+    assert not again.ok and again.schedule_digest == failing[0].schedule_digest
+    assert verdict(again) == verdict(failing[0])
+
+
+@pytest.mark.parametrize("schedule", ["controlled", "pct:2"])
+def test_the_pipeline_stays_controlled_to_the_end_on_every_seed_tried(schedule):
+    for seed in range(1, 6):
+        world = pipeline(seed, schedule)
+        assert world.controlled and world.schedule, f"seed {seed}: {world.schedule_note}"
