@@ -14,6 +14,27 @@ def test_a_request_with_no_one_to_answer_says_so(tmp_path):
     assert not _stackdump.request(str(tmp_path / "armed-by-the-dead"))
 
 
+
+def test_a_rank_that_dies_between_the_open_and_the_write_is_gone_not_an_error(tmp_path, monkeypatch):
+    # The window a bench run hit: the FIFO opened (its reader, the rank, was
+    # there), then the rank died and the write broke the pipe; the
+    # supervisor's BrokenPipeError ended the whole spawn() call.
+    from rpc_harness import _stackdump
+
+    fifo = tmp_path / "dump"
+    os.mkfifo(fifo, 0o600)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    real_open = os.open
+
+    def open_then_the_rank_dies(path, flags, *args):
+        fd = real_open(path, flags, *args)
+        os.close(reader)
+        return fd
+
+    monkeypatch.setattr(_stackdump.os, "open", open_then_the_rank_dies)
+    assert _stackdump.request(str(fifo)) is False
+
+
 def test_a_dump_right_under_faulthandlers_is_read_thread_by_thread():
     from rpc_harness._stacks import annotate_stacks
 
