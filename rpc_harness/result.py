@@ -96,7 +96,7 @@ class RankOutcome:
         if how is None:
             when = _PHASES.get(self.phase, f"during {self.phase}")
             if self.status == RAISED:
-                how = f"raised {self.error} ({when})"
+                how = f"raised {self.error} ({when}){_torch_note(self.error)}"
             elif self.status == HUNG and self.phase in ("starting", "start-up"):
                 how = "had not joined the RPC world when the bring-up budget ran out"
             elif self.status == HUNG:
@@ -335,6 +335,22 @@ class _StackPrinter:
             return [f"{header}: the same as {same}'s above"]
         self.shown.append((outcome.label, text))
         return [header, text.rstrip() or "  (only the harness's own frames: its entry had returned)"]
+
+
+# torch errors whose message does not say what to do, and what it is.
+_TORCH_NOTES = (
+    ("Cannot extract tensors from value",
+     "in a world with devices, TensorPipe pickles every value an RPC returns or an RRef owns to find its CUDA "
+     "tensors, and torch's extractor skips plain locks, futures and RRefs only: give the object a __getstate__ "
+     "that leaves out its RLocks, Conditions and threads, or use threading.Condition(threading.Lock())"),
+)
+
+
+def _torch_note(error: str | None) -> str:
+    for says, note in _TORCH_NOTES:
+        if error and says in error:
+            return f" [{note}]"
+    return ""
 
 
 # How a phase reads after "raised X" or "killed by Y".

@@ -127,3 +127,15 @@ def test_ps_a_trainer_reaped_that_the_plan_did_not_kill_breaks_the_contract():
     killed = [("trainer1", 0, 0), ("trainer1", 1, 1)]  # trainer2 killed before its first step was applied
     assert ps.judge.log_problems(ps_world([OK, OK, KILLED]), ps_records(killed, dead=["trainer2"]),
                                  ps.Config(batches=2)) == []
+
+
+def test_a_cuda_worlds_unextractable_value_is_explained_in_the_ranks_line():
+    # What every PS world on an H200 said before the server's lock was made
+    # a plain one: torch's message names the RLock, not what to do about it.
+    error = ("RuntimeError: RuntimeError(\"Cannot extract tensors from value: TypeError: cannot pickle "
+             "'_thread.RLock' object (raised on parameter_server)")
+    line = rpc_harness.RankOutcome(1, "trainer1", status="raised", error=error, phase="entry").describe()
+    assert "TensorPipe pickles every value an RPC returns or an RRef owns to find its CUDA tensors" in line
+    assert "threading.Condition(threading.Lock())" in line
+    other = rpc_harness.RankOutcome(1, "trainer1", status="raised", error="ValueError: x", phase="entry").describe()
+    assert "[" not in other
