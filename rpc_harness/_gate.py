@@ -257,6 +257,7 @@ class _Track:
 # Keyed by the futures themselves, weakly: an id could be reused once a future is gone.
 _tracked: weakref.WeakKeyDictionary[Any, _Track] = weakref.WeakKeyDictionary()  # calls issued under control
 _derived: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()  # then(), collect_all()
+_type_fetches: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # RRef type fetches, by RRef id
 
 
 def track_call(future: Any, call: str, what: str) -> None:
@@ -275,6 +276,18 @@ def track_call(future: Any, call: str, what: str) -> None:
         gate.send(msg.Completed(call, followers))
 
     _ORIGINAL["add_done_callback"](future, report)
+
+
+def track_type_fetch(future: Any, rref: Any) -> None:
+    """``future`` is torch's fetch of ``rref``'s type (a proxy call's first
+    step), answered by its owner only once the RRef's value is made. When a
+    task of this world still has to make it (a ``remote()`` whose constructor
+    makes RPCs of its own), a controlled wait on the fetch waits for that
+    through the scheduler: as part of the waiting task's step, it held every
+    other task back, and control was lost at step 2 on every seed."""
+    found = rref_id(rref)
+    if found is not None:
+        _type_fetches[future] = found
 
 
 def rref_id(rref: Any) -> str | None:
@@ -300,6 +313,10 @@ def wait(future: Any) -> Any:
     track = _tracked.get(future)
     if track is not None:
         _gate.block(("call", track.call), f"wait {track.what}")
+        return original(future)
+    fetched = _type_fetches.get(future)
+    if fetched is not None:  # an RRef's type: its owner answers once the RRef's value is made
+        _gate.block(("rref", fetched), "wait rref type")
         return original(future)
     serial = getattr(future, "__dict__", {}).get("_rpch_serial")
     if serial is not None:  # a torch.futures.Future of the program's own

@@ -229,6 +229,7 @@ def _type_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def _get_type(self: Any, timeout: float = UNSET_RPC_TIMEOUT, blocking: bool = True) -> Any:
         found = original(self, timeout, blocking)
         if not isinstance(found, type):  # a fetch: kept, since torch may cache another in its place
+            _gate.track_type_fetch(found, self)
             with _type_fetches_lock:
                 fetches = _type_fetches.setdefault(str(self), [])
                 if not any(fetch is found for fetch in fetches):

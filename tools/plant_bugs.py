@@ -766,6 +766,10 @@ BUGS = (
     Bug("a CUDA world's unextractable value goes unexplained", "rpc_harness/result.py",
         'how = f"raised {self.error} ({when}){_torch_note(self.error)}"', 'how = f"raised {self.error} ({when})"',
         ("tests/unit/test_contracts.py::test_a_cuda_worlds_unextractable_value_is_explained_in_the_ranks_line",)),
+    Bug("a wait on an RRef's type fetch is part of the caller's step", "rpc_harness/_gate.py",
+        '        _gate.block(("rref", fetched), "wait rref type")\n', "",
+        ("tests/world/test_schedule.py::"
+         "test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_on_every_seed",)),
     Bug("the driver is read as initialized on any answer", "rpc_harness/_cuda_fork.py",
         "cuDeviceGetCount(ctypes.byref(count)) == _CUDA_SUCCESS)", "cuDeviceGetCount(ctypes.byref(count)) is not None)",
         (CF + "test_the_driver_is_asked_whether_it_was_initialized_without_initializing_it",)),

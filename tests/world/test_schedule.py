@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import worlds
-from programs import lock_across_call, tutorial_ps_mnist
+from programs import lock_across_call, split_learning, tutorial_ps_mnist
 
 import rpc_harness
 from rpc_harness import schedule as S
@@ -169,3 +169,19 @@ def test_the_pipeline_stays_controlled_to_the_end_on_every_seed_tried(schedule):
     for seed in range(1, 6):
         world = pipeline(seed, schedule)
         assert world.controlled and world.schedule, f"seed {seed}: {world.schedule_note}"
+
+
+@pytest.mark.parametrize("how", ["rpc_sync", "rpc_async", "remote"])
+def test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_on_every_seed(how):
+    # Split learning's shape: the proxy's first call fetches the RRef's type,
+    # which its owner answers only after the constructor's own RPC. That
+    # wait held every other task back: control was lost at step 2, every seed.
+    def run(seed):
+        return rpc_harness.spawn(split_learning.run_worker, args=(2, 3, how), nprocs=2, seed=seed,
+                                 schedule="controlled", deadline=60)
+
+    worlds = [run(seed) for seed in range(1, 5)]
+    for world in worlds:
+        assert world.controlled, f"seed {world.seed}: {world.schedule_note}"
+    assert len({tuple(map(tuple, w.values[0])) for w in worlds}) == 1, "the program's answer never depends on it"
+    assert run(worlds[0].seed).schedule_digest == worlds[0].schedule_digest
