@@ -33,6 +33,7 @@ class Boot:
     master_port: int = 0
     netns: Any = None  # the world's network namespace (_netns.Namespace), if it has one
     asserts: dict[str, Any] | None = None  # how its session rewrites asserts (rpc_harness._asserts.session_rewriting)
+    live: bool = False  # a reused world's rank: after init_rpc it runs entries as told (msg.RunEntry)
 
     @property
     def seed(self) -> int:

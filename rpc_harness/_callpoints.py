@@ -91,7 +91,7 @@ def patch(target: str, hit: Callable[[str], None]) -> None:
 
 
 def undo(target: str) -> None:
-    """Restore ``target`` as it was (tests use this; ranks never need to)."""
+    """Restore ``target`` as it was (tests, and a reused world's rank after each entry)."""
     with _LOCK:
         restore = _PATCHED.pop(target, None)
     if restore is not None:

@@ -10,6 +10,7 @@ cannot collide. ``_supervisor`` watches the world once it is forked.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -19,7 +20,7 @@ import shutil
 import socket
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from multiprocessing import forkserver, popen_forkserver, util
 from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
@@ -253,6 +254,28 @@ def raise_for_failures(result: WorldResult) -> None:
 
 # The worlds this process is running now (any thread), for stacks_of_running_worlds.
 _running: set[Supervisor] = set()
+
+
+@contextlib.contextmanager
+def running(supervisor: Supervisor) -> Iterator[None]:
+    """While the block runs, ``supervisor``'s world is one of this process's
+    running worlds (``stacks_of_running_worlds``): a reused world's entry."""
+    _running.add(supervisor)
+    try:
+        yield
+    finally:
+        _running.discard(supervisor)
+
+
+def forkserver_context() -> Any:
+    """The multiprocessing context every world's ranks are forked from (its
+    forkserver starts with the first world of the process)."""
+    return _mp_context()
+
+
+def rank_starter(mp: Any, *, controlled: bool = False) -> Callable[[Any], tuple[Any, Any, Any]]:
+    """What a :class:`Supervisor` calls to start one rank from ``mp``."""
+    return lambda boot: _start_rank(mp, boot, controlled)
 
 
 def stacks_of_running_worlds() -> list[str]:

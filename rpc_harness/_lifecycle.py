@@ -84,6 +84,7 @@ class Lifecycle:
         self.phase = "starting"  # starting, entry, shutdown, exiting
         self.joined = False
         self.left = False
+        self.reused = False  # a reused world's rank: its entries must leave RPC up for the next
         _current = self
 
     # -- joining ------------------------------------------------------------------------
@@ -159,6 +160,9 @@ class Lifecycle:
         if not self.joined or self.left:
             assert _original_shutdown is not None
             return _original_shutdown(graceful=graceful, timeout=timeout)
+        if self.reused:
+            raise RuntimeError("an entry in a reused world (rpc_world_module, rpc_world_session) must not call "
+                               "rpc.shutdown(): the next entry runs in the same world; use rpc_world for this one")
         if _gate._gate is not None:  # the entry's task is over (a spawned program's, in its shutdown)
             _gate._gate.end()
         self.ctx.flush_progress()  # what its RPC handlers reported since

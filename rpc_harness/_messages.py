@@ -87,7 +87,37 @@ class Exit:
     program's own store, hosted by rank 0.)"""
 
 
-ToSupervisor = Joined | ProgressReported | EntryDone | Value | ShutdownDone | Frozen | Failed
+@dataclass(frozen=True)
+class Checked:
+    """A reused world's rank after an entry: what it found left of it
+    (``rpc_harness._clean``), one line per broken rule; empty: clean."""
+
+    problems: tuple[str, ...] = ()
+
+
+ToSupervisor = Joined | ProgressReported | EntryDone | Value | ShutdownDone | Frozen | Failed | Checked
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """A reused world (``rpc_harness._live``): run this entry now, with its
+    own seed, fault plan and deadline, then say :class:`EntryDone` (or
+    :class:`Failed`) and wait for the next word."""
+
+    entry: object  # an EntryRef
+    payload: bytes  # the pickled (args, kwargs)
+    seed: int
+    faults: object  # a FaultPlan
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Check:
+    """A reused world, every rank done with its entry: check that nothing
+    of it is left and answer :class:`Checked` (``scan``: name the RRefs
+    this rank still holds too, a slower look)."""
+
+    scan: bool = False
 
 
 # -- a controlled schedule: rank (its tasks) -> scheduler, over a pipe of its own -------------

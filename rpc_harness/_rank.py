@@ -30,6 +30,7 @@ import torch.distributed.rpc as rpc
 from . import (
     _asserts,
     _callpoints,
+    _clean,
     _cuda_fork,
     _devices,
     _gate,
@@ -133,6 +134,10 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
                     f"{boot.entry} returned without calling rpc.init_rpc: every process of a spawned world must "
                     "join it (the others wait for it in init_rpc)"
                 )
+        elif boot.live:  # a reused world: entries come one by one, each with a context of its own
+            life.join()
+            life.reused = True
+            return _serve_entries(conn, boot, ctx, events, send)
         else:
             life.join()
             value = program(ctx, *args, **kwargs)
@@ -172,6 +177,63 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
     return 0
 
 
+def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: EventLog,
+                   send: Callable[[msg.ToSupervisor], None]) -> int:
+    """A reused world's rank, joined: run each entry the supervisor sends
+    (``msg.RunEntry``) and check, when asked, that it left nothing behind
+    (``_clean``). Ends when the supervisor does (it kills a world it ends)."""
+    label = f"rank {boot.rank} ({world.name})"
+    before = _clean.threads_now()
+    while True:
+        try:
+            word = conn.recv()
+        except (EOFError, OSError):  # the supervisor is gone
+            return 0
+        match word:
+            case msg.RunEntry():
+                before = _clean.threads_now()
+                _run_entry(word, boot, world, events, send)
+            case msg.Check(scan):
+                send(msg.Checked(_clean.check(label, before, scan=scan)))
+            case _:
+                raise RuntimeError(f"the supervisor said {word!r} to a reused world's rank")
+
+
+def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: EventLog,
+               send: Callable[[msg.ToSupervisor], None]) -> None:
+    """One entry of a reused world, in a context of its own: its seed (RNGs
+    seeded again), its fault plan (armed now, its hit counts from zero), its
+    deadline; ``world`` is the context the rank joined with."""
+    ctx = RankContext(rank=boot.rank, names=world.names, world_seed=order.seed, workdir=boot.workdir,
+                      faults=order.faults, events=events, deadline=order.deadline)
+    ctx.device, ctx.world_devices, ctx.progress_sink = world.device, world.world_devices, world.progress_sink
+    activate(ctx)
+    seed_everything(ctx.seed)
+    _rpc_hooks.start(ctx, events)
+    patched = _arm_faults_without_code(order.faults, ctx)
+    try:
+        program = order.entry.load(where=f"rank {boot.rank}")
+        args, kwargs = pickle.loads(order.payload)
+        events.write("entry_start")
+        value = program(ctx, *args, **kwargs)
+        ctx.flush_progress()
+        events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        ctx.record_hits()
+        pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
+        ctx.flush_progress()
+        ctx.record_hits()
+        events.write("raised", error=one_line(error), phase="entry")
+        send(_failure_message(error, "entry"))
+        return
+    finally:
+        for point in patched:
+            _callpoints.undo(point)
+        activate(world)
+    del value
+    send(msg.EntryDone(pickled))
+
+
 def _take_device(devices: tuple[str, ...], rank: int) -> torch.device:
     """This rank's device under the world option ``devices``, made current
     before anything of the program runs."""
@@ -197,14 +259,17 @@ def _prepare_process(boot: Boot) -> None:
     _asserts.apply(boot.asserts)
 
 
-def _arm_faults_without_code(plan: FaultPlan, ctx: RankContext) -> None:
+def _arm_faults_without_code(plan: FaultPlan, ctx: RankContext) -> list[str]:
     """Before the program runs: every ``call:`` target of the plan becomes a
     failpoint in every rank (it fires only where a fault is aimed), and a
-    plan with message failures turns on torch's log of failed sends."""
-    for point in sorted({f.point for f in plan if f.point.startswith("call:")}):
-        _callpoints.patch(point.removeprefix("call:"), ctx.failpoint)
+    plan with message failures turns on torch's log of failed sends.
+    Returns the targets patched (a reused world's entry undoes them)."""
+    targets = [point.removeprefix("call:") for point in sorted({f.point for f in plan if f.point.startswith("call:")})]
+    for target in targets:
+        _callpoints.patch(target, ctx.failpoint)
     if any(f.kind == "msgfail" for f in plan):
         _msgfaults.enable_retry_log()
+    return targets
 
 
 def _locked_sender(conn: Connection) -> Callable[[msg.ToSupervisor], None]:

@@ -86,12 +86,19 @@ class Supervisor:
 
     # -- bring up -----------------------------------------------------------
     def run(self) -> None:
+        self.fork_ranks()
+        self._watch()
+        self.ended = time.monotonic()
+        self._tell(Progress(None, "world", note=WORLD_ENDED))
+
+    def fork_ranks(self, *, live: bool = False) -> None:
+        """Start every rank (``live``: a reused world's, which run entries as told)."""
         self.started = time.monotonic()
         for outcome in self.outcomes:
             boot = Boot(
                 rank=outcome.rank, names=self.spec.names, workdir=self.workdir, entry=self.spec.entry,
                 payload=self.spec.payload, options=self.spec.options, sys_path=tuple(sys.path),
-                spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns,
+                spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns, live=live,
             )
             proc, conn, schedule_conn = self.start_rank(boot)
             self.procs.append(proc)
@@ -104,9 +111,6 @@ class Supervisor:
         # of a process waits for the forkserver to import torch (seconds, more
         # on a loaded machine), which is not the world's time to spend.
         self.forked_at = time.monotonic()
-        self._watch()
-        self.ended = time.monotonic()
-        self._tell(Progress(None, "world", note=WORLD_ENDED))
 
     def _tell(self, update: Progress) -> None:
         if self.on_progress is not None:
@@ -236,7 +240,15 @@ class Supervisor:
             self.link.rank_gone(rank, unexpected=outcome.failed or outcome.status == R.SKIPPED)
 
     def _plan_killed(self, rank: int) -> bool:
-        return any(fired.kind in ENDING_KINDS for fired in faults_fired(_read_events(self.workdir, rank)))
+        return any(fired.kind in ENDING_KINDS for fired in faults_fired(self.events_of(rank)))
+
+    def events_of(self, rank: int) -> list[dict]:
+        """The events of ``rank`` that belong to this world's report."""
+        return _read_events(self.workdir, rank)
+
+    def output_of(self, rank: int) -> str:
+        """What ``rank`` printed, as far as it belongs to this world's report."""
+        return _read_text(rank_file(self.workdir, rank, "log"))
 
     def _maybe_release(self) -> None:
         """Once every live rank finished its entry, tell all how to shut down
@@ -353,7 +365,7 @@ class Supervisor:
 
     def _raised(self, rank: int) -> bool:
         """Whether ``rank`` wrote its ``raised`` event (just before it sends its failure)."""
-        return any(event.get("kind") == "raised" for event in _read_events(self.workdir, rank))
+        return any(event.get("kind") == "raised" for event in self.events_of(rank))
 
     def _await_reports(self, ranks: list[int]) -> None:
         """Read the failures ``ranks`` are sending, for at most _STACK_WAIT."""
@@ -447,12 +459,12 @@ class Supervisor:
                 outcome.error = (f"the entry's return value cannot be unpickled here: "
                                  f"{type(error).__name__}: {error}")
         for outcome in self.outcomes:
-            outcome.output = _read_text(rank_file(self.workdir, outcome.rank, "log"))
+            outcome.output = self.output_of(outcome.rank)
             stacks = _read_text(rank_file(self.workdir, outcome.rank, "stacks"))
             outcome.stacks = annotate_stacks(stacks[self.stacks_read.get(outcome.rank, 0):])
             if outcome.traceback:
                 outcome.traceback = hide_hook_frames(outcome.traceback)
-            outcome.events = _read_events(self.workdir, outcome.rank)
+            outcome.events = self.events_of(outcome.rank)
         plan = self.spec.options.faults
         _tally.add_message_failures(plan, self.outcomes)
         problems = list(self.problems) + _tally.lost_messages(plan, self.outcomes)

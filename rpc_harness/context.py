@@ -117,11 +117,13 @@ class EventLog:
             self._end = end
 
 
-def read_event_lines(path: str) -> list[dict]:
-    """The events an :class:`EventLog` wrote to ``path``, in order; a line
-    cut short by a death is left out."""
+def read_event_lines(path: str, start: int = 0) -> list[dict]:
+    """The events an :class:`EventLog` wrote to ``path``, in order, from
+    byte ``start`` on (:func:`events_written` said where an earlier part
+    ended); a line cut short by a death is left out."""
     try:
         with open(path, "rb") as file:
+            file.seek(start)
             data = file.read()
     except OSError:
         return []
@@ -132,6 +134,17 @@ def read_event_lines(path: str) -> list[dict]:
         except ValueError:
             continue
     return events
+
+
+def events_written(path: str) -> int:
+    """How many bytes of events an :class:`EventLog` has written to ``path`` so far."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError:
+        return 0
+    end = data.find(b"\x00")
+    return len(data) if end < 0 else end
 
 
 class RankContext:

@@ -266,7 +266,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from ._launcher import preload, rewrite_asserts
 
     modules = {item.module.__name__ for item in session.items
-               if "rpc_world" in getattr(item, "fixturenames", ()) and getattr(item, "module", None) is not None}
+               if _runs_worlds(item) and getattr(item, "module", None) is not None}
     listed = session.config.getini(PRELOAD_INI)
     for name in listed:
         if (problem := _unimportable(name)) is not None:
@@ -433,7 +433,7 @@ class RpcWorld:
     def _world(self, entry: Any, how: str, call: dict[str, Any], *, args: Sequence[Any],
                kwargs: Mapping[str, Any] | None, check: bool, on_progress: Any) -> WorldResult:
         __tracebackhide__ = True
-        from ._launcher import launch, raise_for_failures
+        from ._launcher import raise_for_failures
         from .repro import python_call, replaying, world_token
         from .spec import make_spec
 
@@ -459,10 +459,11 @@ class RpcWorld:
             ways.append(python_call(spec, modules=modules))
             return "\n    or: ".join(ways)
 
+        self._refuse(spec)
         # A world that a test timeout (pytest-timeout's signal method) ends
         # is reported too: every rank's stacks, the replay line.
-        result = launch(dataclasses.replace(spec, repro=replay_lines(spec)), on_progress=on_progress,
-                        on_interrupted=self.results.append)
+        result = self._launch(dataclasses.replace(spec, repro=replay_lines(spec)), on_progress=on_progress,
+                              on_interrupted=self.results.append)
         if result.schedule:  # a controlled world: the token and the Python line take its steps exactly
             result.repro = replay_lines(replaying(spec, result.schedule))
         self.results.append(result)
@@ -481,6 +482,15 @@ class RpcWorld:
             raise ControlLost(result, f"{STRICT_OPTION}: {lost}\nReplay: {result.repro}")
         return result
 
+    def _refuse(self, spec: Any) -> None:
+        """Raise for a world this fixture cannot run (``rpc_world`` runs any)."""
+
+    def _launch(self, spec: Any, *, on_progress: Any, on_interrupted: Callable[[WorldResult], None]) -> WorldResult:
+        """Run one world of this test: a fresh one (``rpc_world``)."""
+        from ._launcher import launch
+
+        return launch(spec, on_progress=on_progress, on_interrupted=on_interrupted)
+
     def _control_lost(self, result: WorldResult, index: int) -> str:
         """What to say of a world that lost control ("" for one that did not):
         it must not pass silently."""
@@ -491,6 +501,49 @@ class RpcWorld:
                 f"there: its order of steps is no longer the seed's.\n{result.schedule_note}")
 
 
+class ReusedRpcWorld(RpcWorld):
+    """The ``rpc_world_module`` and ``rpc_world_session`` fixtures: ``run``
+    as ``rpc_world``'s, each entry in the live world of its shape (size,
+    names, options) that the module or session keeps, checked clean after
+    it (see ``rpc_harness._live``). Worlds these cannot run (a controlled
+    schedule, fuzzing, message faults, ``spawn``) are refused, by name."""
+
+    def __init__(self, request: pytest.FixtureRequest, pool: Any, scope: str) -> None:
+        __tracebackhide__ = True
+        super().__init__(request)
+        self._pool = pool
+        self._fixture = f"rpc_world_{scope}"
+
+    def _refuse(self, spec: Any) -> None:
+        __tracebackhide__ = True
+        from ._live import refusal
+        from .errors import WorldSpecError
+
+        reason = refusal(spec)
+        if reason is not None:
+            raise WorldSpecError(f"{self._fixture} in {self._request.node.nodeid}: {reason}: it cannot run in a "
+                                 "reused world; use the rpc_world fixture for this test")
+
+    def _launch(self, spec: Any, *, on_progress: Any, on_interrupted: Callable[[WorldResult], None]) -> WorldResult:
+        from .repro import pytest_line
+
+        before = self._pool.history(spec)
+        if before:
+            # What a failure that needs an earlier entry's leftovers (beyond
+            # the rules checked) replays with: the same entries, in order.
+            shown = before[-_REPLAY_ENTRIES:]
+            which = f"the {len(shown)} entries" if len(shown) == len(before) else (
+                f"the last {len(shown)} of the {len(before)} entries")
+            line = pytest_line([*shown, self._request.node.nodeid], self.session_seed,
+                               _command_line_flags(self._config))
+            spec = dataclasses.replace(spec, repro=f"{spec.repro}\n    or, after {which} its world ran before it: {line}")
+        return self._pool.run(spec, self._request.node.nodeid, on_progress=on_progress,
+                              on_interrupted=on_interrupted)
+
+
+_REPLAY_ENTRIES = 10  # earlier entries a reused world's replay line names at most
+
+
 @pytest.fixture
 def rpc_world(request: pytest.FixtureRequest) -> RpcWorld:
     """Bring up real multi-process torch.distributed.rpc worlds in this test."""
@@ -498,11 +551,60 @@ def rpc_world(request: pytest.FixtureRequest) -> RpcWorld:
     return RpcWorld(request)
 
 
+def _pool() -> Any:
+    from ._live import WorldPool
+
+    return WorldPool()
+
+
+@pytest.fixture(scope="module")
+def _rpc_world_pool_module() -> Any:
+    pool = _pool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def _rpc_world_pool_session() -> Any:
+    pool = _pool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def rpc_world_module(request: pytest.FixtureRequest, _rpc_world_pool_module: Any) -> RpcWorld:
+    """``rpc_world``'s ``run``, each entry in a live world this test module
+    keeps per world shape, checked clean between entries."""
+    __tracebackhide__ = True
+    return ReusedRpcWorld(request, _rpc_world_pool_module, "module")
+
+
+@pytest.fixture
+def rpc_world_session(request: pytest.FixtureRequest, _rpc_world_pool_session: Any) -> RpcWorld:
+    """``rpc_world``'s ``run``, each entry in a live world this session (or
+    xdist worker) keeps per world shape, checked clean between entries."""
+    __tracebackhide__ = True
+    return ReusedRpcWorld(request, _rpc_world_pool_session, "session")
+
+
+# The fixtures that run worlds in a test.
+WORLD_FIXTURES = ("rpc_world", "rpc_world_module", "rpc_world_session")
+
+
+def _runs_worlds(item: Any) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in WORLD_FIXTURES)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
     results = item.stash.get(_results_key, None)
+    if results and call.when == "call" and not report.failed:
+        # A test that passed in a reused world brought up anew says why (-rP shows it).
+        rebuilt = [result.reuse for result in results if "the one before ended" in result.reuse]
+        if rebuilt:
+            report.sections.append(("rpc-harness reused world", "\n".join(rebuilt)))
     if not results or not report.failed or call.when != "call":
         return
     # Only failed worlds, and only the last few: a Hypothesis test runs many,
@@ -542,7 +644,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     the stacks of pytest's own threads: a test with worlds gets its ranks'
     stacks and replay lines printed first. The timer is pytest-timeout's
     own otherwise (its signal method is reported through the fixture)."""
-    if settings.method != "thread" or "rpc_world" not in getattr(item, "fixturenames", ()):
+    if settings.method != "thread" or not _runs_worlds(item):
         return None
     import threading
 

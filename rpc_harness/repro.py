@@ -150,13 +150,14 @@ class Repro:
 # -- the other forms ------------------------------------------------------------------------
 
 
-def pytest_line(nodeid: str, session_seed: int, flags: Sequence[tuple[str, str | None]] = ()) -> str:
-    """The pytest command that replays a test with the same seeds, and the
-    world options the run was given on its command line (``flags``: flag and
-    text, e.g. ``("--rpc-schedule", "controlled")``, or None for a flag that
-    takes no value; the ini file's come along by themselves)."""
+def pytest_line(nodeid: str | Sequence[str], session_seed: int, flags: Sequence[tuple[str, str | None]] = ()) -> str:
+    """The pytest command that replays a test (or several, in order) with
+    the same seeds, and the world options the run was given on its command
+    line (``flags``: flag and text, e.g. ``("--rpc-schedule", "controlled")``,
+    or None for a flag that takes no value; the ini file's come along by themselves)."""
     given = "".join(f" {shlex.quote(flag if text is None else f'{flag}={text}')}" for flag, text in flags)
-    return f"pytest {shlex.quote(nodeid)} {SEED_FLAG}={session_seed}{given}"
+    ids = " ".join(shlex.quote(one) for one in ([nodeid] if isinstance(nodeid, str) else nodeid))
+    return f"pytest {ids} {SEED_FLAG}={session_seed}{given}"
 
 
 def world_token(spec: WorldSpec, *, path: str = "", modules: Sequence[tuple[str, str]] = ()) -> Repro | None:

@@ -42,6 +42,8 @@ LOST = "message(s) lost"
 # returned normally ran past it (a client that finished its calls).
 UNFINISHED = "the program never got past the planned kill of"
 INTERRUPTED = "the world was stopped from outside"
+# An entry of a reused world broke one of its rules (rpc_harness._clean.RULES).
+DIRTY = "the entry left the reused world dirty"
 
 
 @dataclass
@@ -149,6 +151,9 @@ class WorldResult:
     schedule_label: str = "free"
     fuzz: float = 0.0
     devices: str = ""  # the world option devices, and whether ranks shared them ("" for the CPU)
+    # An entry of a reused world (rpc_world_module, rpc_world_session): which
+    # entry of its world it was, or why the world was brought up anew ("": a world of its own).
+    reuse: str = ""
 
     @property
     def schedule_digest(self) -> str:
@@ -228,6 +233,8 @@ class WorldResult:
         (None: ``RPC_HARNESS_FRAMES=1`` in the environment)."""
         stacks = _StackPrinter(self.timed_out, show_harness_frames() if harness_frames is None else harness_frames)
         lines = [self._headline()]
+        if self.reuse:
+            lines.append(f"  ran in {self.reuse}")
         lines += [f"  {problem}" for problem in self.problems]
         groups = _alike(self.ranks)
         lines += ["  " + _group_line(group) for group in groups]
@@ -303,6 +310,8 @@ class WorldResult:
             return "a planned kill ended its program"
         if first.startswith(INTERRUPTED):
             return INTERRUPTED
+        if first.startswith(DIRTY):
+            return DIRTY
         return "see below"
 
 

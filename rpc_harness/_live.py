@@ -1,0 +1,388 @@
+"""Reused worlds: a live world per world shape, whose ranks run one entry
+after another, each checked for what it left behind.
+
+A fresh 4-rank world costs ~0.2 s here, nearly all of it torch's
+``init_rpc``; an entry in a world that is already up costs milliseconds.
+What an entry may not carry into the next one is checked between entries,
+in every rank (``_clean``'s rules: no RRef left, no dist_autograd context
+open, no pending future, every rank idle). An entry that breaks a rule fails
+with the rule named, and the world is ended; so is a world where an entry
+failed, hung, or lost a rank (a kill, a freeze, a death): the next entry of
+that shape gets a fresh world, and its result says why (``WorldResult.reuse``).
+
+Per entry: its seed (every RNG seeded again), its fault plan (failpoint
+faults, armed for it alone, hit counts from zero), its deadline (counted
+from its start). Per world (its shape): the names, the environment,
+``rpc_timeout``, ``devices``, ``isolate``, ``setup`` (run once, as the world
+comes up). Refused, because they are the agent's (built at ``init_rpc``) or
+the whole world's: message faults, fuzzing, controlled schedules, and
+programs that call ``init_rpc`` themselves (``spawn``): see :func:`refusal`.
+
+Nothing of a live world is named on disk but its private temp folder, so
+parallel sessions (``pytest -n auto``: one process per worker) each keep
+their own. Ranks die with the process that started them (``rank_setup``);
+folders of a process killed outright are swept by the next (``_workdirs``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import shutil
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from multiprocessing.connection import wait
+from typing import Any
+
+from . import _cuda_fork, _torch_check, _workdirs
+from . import _messages as msg
+from . import result as R
+from ._boot import rank_file
+from ._clean import RULES
+from ._launcher import cuda_report, forkserver_context, rank_starter, running, world_namespace
+from ._supervisor import Supervisor
+from .context import events_written, read_event_lines
+from .faults import FaultPlan
+from .options import DEFAULT_DEADLINE
+from .progress import Progress
+from .result import RankOutcome, WorldResult
+from .schedule import parse as parse_schedule
+from .spec import WorldSpec
+
+CHECK_BUDGET = 15.0  # seconds every rank has to answer a cleanliness check (it settles for at most _clean.SETTLE)
+DEFAULT_LIMIT = 2  # live worlds a pool keeps at once; the least recently used is closed first
+
+
+def refusal(spec: WorldSpec) -> str | None:
+    """Why ``spec`` cannot run in a reused world (None: it can)."""
+    if spec.spawned:
+        return "a program that calls init_rpc and rpc.shutdown itself (spawn) needs a world of its own"
+    if parse_schedule(spec.options.schedule).controlled:
+        return (f"a controlled schedule ({spec.options.schedule}) orders every step of a whole world, "
+                "from its bring-up on")
+    if spec.options.fuzz:
+        return "schedule fuzzing delays the agent's own sends, which are set up once, at init_rpc"
+    messages = [str(fault) for fault in spec.options.faults if not fault.traits.at_failpoint]
+    if messages:
+        return (f"message faults ({', '.join(messages)}) need torch's faulty agent, built for them at init_rpc")
+    return None
+
+
+def shape_of(spec: WorldSpec) -> tuple[Any, ...]:
+    """What two entries must share to run in one live world: the names and
+    every option but those each entry has for itself."""
+    options = dataclasses.replace(spec.options, seed=None, deadline=DEFAULT_DEADLINE, faults=FaultPlan(),
+                                  failpoints=None, expect=None, bringup=None)
+    return spec.names, options
+
+
+class LiveSupervisor(Supervisor):
+    """The supervisor of a live world: brings it up once, then watches one
+    entry at a time (its report holds only that entry's output, events
+    and stacks)."""
+
+    def __init__(self, spec: WorldSpec, workdir: str, start_rank: Callable[..., Any], *, netns: Any,
+                 isolation: str) -> None:
+        super().__init__(spec, workdir, start_rank, netns=netns, isolation=isolation)
+        self.events_read: dict[int, int] = {}
+        self.log_read: dict[int, int] = {}
+        self.checked: dict[int, tuple[str, ...]] = {}
+
+    # -- the world's life -----------------------------------------------------------------
+    def bring_up(self) -> bool:
+        """Fork every rank and wait until all have joined; False: it failed
+        to come up (the ranks are stopped, ``collect`` says why)."""
+        self.fork_ranks(live=True)
+        return self._watch_until(lambda: self.joined_at is not None, self.forked_at + self.spec.bringup,
+                                 on_timeout=lambda: self._on_budget("bring-up"))
+
+    def run_entry(self, spec: WorldSpec) -> str:
+        """Run one entry in every rank and check what it left; returns why
+        the world can run no more ("": it can)."""
+        self._begin(spec)
+        for rank in sorted(self.running):
+            self.conns[rank].send(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults,
+                                               spec.options.deadline))
+        alive = lambda: self.running - self.frozen  # noqa: E731
+        finished = self._watch_until(lambda: all(self.outcomes[r].phase == "done" for r in alive()),
+                                     self.joined_at + spec.options.deadline,  # type: ignore[operator]
+                                     on_timeout=lambda: self._on_budget("deadline"))
+        self.ended = time.monotonic()
+        if not finished:
+            return "failed"
+        gone = [self.outcomes[r] for r in range(len(self.outcomes)) if r not in self.running or r in self.frozen]
+        if gone:
+            self.kill_all()
+            return "lost " + ", ".join(o.label for o in gone)
+        dirt = self._check()
+        self.ended = time.monotonic()
+        if dirt:
+            self.problems += dirt
+            self.kill_all()
+            return "dirty"
+        return ""
+
+    def _begin(self, spec: WorldSpec) -> None:
+        """Everything of the last entry forgotten: a new spec, new outcomes,
+        and where each rank's files stand now."""
+        self.spec = spec
+        self.outcomes = [RankOutcome(rank, name, phase="entry") for rank, name in enumerate(self.names)]
+        self.pickled_values, self.problems, self.checked = {}, [], {}
+        self.timed_out, self.budget = False, "deadline"
+        for rank in range(len(self.outcomes)):
+            self.events_read[rank] = events_written(rank_file(self.workdir, rank, "events"))
+            self.log_read[rank] = _size(rank_file(self.workdir, rank, "log"))
+            self.stacks_read[rank] = len(_text(rank_file(self.workdir, rank, "stacks")))
+        self.started = self.joined_at = time.monotonic()
+        self.ended = 0.0
+
+    def _check(self) -> list[str]:
+        """Ask every rank what the entry left; a second, slower look names
+        the RRefs left wherever some rank found one."""
+        found = self._ask(scan=False)
+        if any(line.startswith("rrefs:") for line in found):
+            found = self._ask(scan=True)
+        problems = []
+        for line in found:
+            rule, text = line.split(": ", 1)
+            problems.append(f"{R.DIRTY}: rule {rule} ({RULES[rule]}): {text}")
+        return problems
+
+    def _ask(self, *, scan: bool) -> list[str]:
+        self.checked = {}
+        for rank in sorted(self.running):
+            self.conns[rank].send(msg.Check(scan))
+        answered = self._watch_until(lambda: len(self.checked) == len(self.running),
+                                     time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
+        if not answered:
+            return []
+        return [line for rank in sorted(self.checked) for line in self.checked[rank]]
+
+    def _check_timed_out(self) -> None:
+        silent = sorted(self.running - set(self.checked))
+        self._dump_stacks(silent)
+        self.problems.append(f"{R.DIRTY}: rule idle ({RULES['idle']}): "
+                             f"{', '.join(self.outcomes[r].label for r in silent)} did not answer the check "
+                             f"within {CHECK_BUDGET:g}s (their stacks follow)")
+        self.kill_all()
+
+    def _watch_until(self, done: Callable[[], bool], limit: float, *, on_timeout: Callable[[], None]) -> bool:
+        """Watch every rank until ``done()``; False when the world failed
+        meanwhile (its ranks are then stopped) or ``limit`` passed."""
+        while not done():
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                on_timeout()
+                return False
+            waitables = {self.conns[r]: ("conn", r) for r in self.open_conns}
+            waitables.update({self.procs[r].sentinel: ("exit", r) for r in self.running})
+            for ready in wait(list(waitables), timeout=remaining):
+                what, rank = waitables[ready]
+                if what == "conn":
+                    self._drain(rank)
+                else:
+                    self._on_exit(rank)
+            if any(o.failed or o.status == R.SKIPPED for o in self.outcomes) or self.problems:
+                self._stop_survivors()
+                return False
+        return True
+
+    def _on_message(self, rank: int, message: msg.ToSupervisor) -> None:
+        match message:
+            case msg.Checked(problems):
+                self.checked[rank] = problems
+            case msg.EntryDone():
+                super()._on_message(rank, message)
+                self.outcomes[rank].status = R.OK
+            case _:
+                super()._on_message(rank, message)
+
+    def alive(self) -> bool:
+        """Whether every rank is still there (one may die between entries)."""
+        return bool(self.running) and all(self.procs[r].exitcode is None for r in self.running)
+
+    # -- one entry's report --------------------------------------------------------------------
+    def events_of(self, rank: int) -> list[dict]:
+        return read_event_lines(rank_file(self.workdir, rank, "events"), self.events_read.get(rank, 0))
+
+    def output_of(self, rank: int) -> str:
+        try:
+            with open(rank_file(self.workdir, rank, "log"), "rb") as file:
+                file.seek(self.log_read.get(rank, 0))
+                return file.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class LiveWorld:
+    """One live world and the entries it ran. ``note``: why the world of
+    its shape before it ended, if one did."""
+
+    def __init__(self, note: str = "") -> None:
+        self.note = note
+        self.entries: list[str] = []  # the labels of the entries it ran, in order
+        self.ended = ""  # why it can run no more entries ("" while it can)
+        self._supervisor: LiveSupervisor | None = None
+        self._workdir: str | None = None
+        self._netns: Any = None
+
+    def run(self, spec: WorldSpec, label: str, *, on_progress: Callable[[Progress], None] | None = None,
+            on_interrupted: Callable[[WorldResult], None] | None = None) -> WorldResult:
+        """Run ``spec``'s entry in this world (brought up first, if it is
+        not up yet); ``label`` names the entry in later entries' reports."""
+        fresh = self._supervisor is None
+        if not fresh and not self._supervisor.alive():  # type: ignore[union-attr]
+            self.close()
+            self.note = f"a rank died while the world was idle, after {self.entries[-1]}"
+            self.entries, fresh = [], True
+        before = list(self.entries)
+        try:
+            if fresh and not self._bring_up(spec):
+                result = self._collect(spec)
+                self.ended = "it did not come up"
+                self.close()
+                return result
+            supervisor = self._supervisor
+            assert supervisor is not None
+            supervisor.on_progress = on_progress
+            with running(supervisor):
+                why = supervisor.run_entry(spec)
+            result = self._collect(spec)
+        except BaseException as error:
+            supervisor = self._supervisor
+            if on_interrupted is not None and supervisor is not None and not isinstance(error, KeyboardInterrupt):
+                supervisor.interrupted(error)
+                supervisor.kill_all()
+                on_interrupted(self._collect(spec))
+            self.ended = f"{label} was stopped from outside ({type(error).__name__})"
+            self.close()
+            raise
+        self.entries.append(label)
+        result.reuse = self._describe(fresh, before)
+        if why:
+            self.ended = f"{label} {_ending(result, why)}"
+            result.reuse += f"; this entry ended it ({_ending(result, why)}): the next entry gets a fresh one"
+            self.close()
+        return result
+
+    def _bring_up(self, spec: WorldSpec) -> bool:
+        _torch_check.require(faulty_agent=False, retry_log=False)
+        self._workdir = _workdirs.make()
+        _OPEN.add(self)
+        self._netns, isolation = world_namespace(spec.options.isolate)
+        world = dataclasses.replace(spec, options=dataclasses.replace(spec.options, faults=FaultPlan(),
+                                                                      failpoints=None))
+        self._supervisor = LiveSupervisor(world, self._workdir, rank_starter(forkserver_context()),
+                                          netns=self._netns, isolation=isolation)
+        up = self._supervisor.bring_up()
+        _cuda_fork.warn_about_culprits(cuda_report())
+        return up
+
+    def _collect(self, spec: WorldSpec) -> WorldResult:
+        assert self._supervisor is not None
+        return self._supervisor.collect(spec.repro)
+
+    def _describe(self, fresh: bool, before: list[str]) -> str:
+        if fresh:
+            why = f" (the one before ended: {self.note})" if self.note else ""
+            return f"a reused world, brought up for this entry{why}"
+        shown = ", ".join(before[-3:]) + (f" and {len(before) - 3} before them" if len(before) > 3 else "")
+        return f"a reused world, entry {len(before) + 1} of it (after {shown})"
+
+    def close(self) -> None:
+        """Stop every rank and remove the world's folder (idempotent)."""
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.kill_all()
+        if self._netns is not None:
+            self._netns.close()
+            self._netns = None
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+        _OPEN.discard(self)
+
+
+def _ending(result: WorldResult, why: str) -> str:
+    """Why an entry ended its world, in a few words."""
+    if result.timed_out:
+        return f"hung past its deadline of {result.deadline:g}s"
+    gone = result.dead or [o for o in result.ranks if o.status == R.KILLED]
+    if gone:
+        return "lost " + "; ".join(o.describe() for o in gone)
+    if why.startswith("lost"):
+        return why + " (frozen by the fault plan)"
+    if result.failures:
+        return "failed: " + result.failures[0].describe()
+    if result.skipped is not None:
+        return "skipped (a rank called pytest.skip(), and its peers were stopped)"
+    rules = sorted({problem.split("rule ", 1)[1].split(" ", 1)[0] for problem in result.problems
+                    if problem.startswith(R.DIRTY)})
+    if rules:
+        return f"left it dirty (rule {', '.join(rules)})"
+    if result.problems:
+        return result.problems[0]
+    return why
+
+
+class WorldPool:
+    """Live worlds by shape (:func:`shape_of`), at most ``limit`` at once:
+    the least recently used is closed to make room."""
+
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+        self.limit = limit
+        self._worlds: OrderedDict[tuple[Any, ...], LiveWorld] = OrderedDict()
+        self._why: dict[tuple[Any, ...], str] = {}  # why a shape's last world ended
+
+    def history(self, spec: WorldSpec) -> list[str]:
+        """The entries the live world of ``spec``'s shape ran so far (none: a fresh one)."""
+        world = self._worlds.get(shape_of(spec))
+        return list(world.entries) if world is not None else []
+
+    def run(self, spec: WorldSpec, label: str, **how: Any) -> WorldResult:
+        """Run ``spec``'s entry in the live world of its shape (see :meth:`LiveWorld.run`)."""
+        key = shape_of(spec)
+        world = self._worlds.pop(key, None)
+        if world is None:
+            while len(self._worlds) >= self.limit:
+                self._worlds.popitem(last=False)[1].close()
+            world = LiveWorld(self._why.pop(key, ""))
+        self._worlds[key] = world
+        try:
+            return world.run(spec, label, **how)
+        finally:
+            if world.ended:
+                self._worlds.pop(key, None)
+                self._why[key] = world.ended
+
+    def close(self) -> None:
+        """Close every live world."""
+        while self._worlds:
+            self._worlds.popitem()[1].close()
+
+
+# Every live world of this process, closed at its exit at the latest.
+_OPEN: set[LiveWorld] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    for world in list(_OPEN):
+        world.close()
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path, errors="replace") as file:
+            return file.read()
+    except OSError:
+        return ""

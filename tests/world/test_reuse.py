@@ -1,0 +1,305 @@
+"""Reused worlds (``rpc_world_module``, ``rpc_world_session``), seen from a
+user's test suite (pytester): one live world per shape, each entry checked
+clean after it, every rule's breach failing its own test, and a world that
+an entry ended rebuilt for the next, which says why."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tempfile
+
+import pytest
+
+# Imported before any in-process session, as in test_plugin: torch imported
+# twice in one process crashes it, and one forkserver serves every session.
+import torch  # noqa: F401
+from conftest import wait_gone
+
+import rpc_harness  # noqa: F401
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ENTRIES = """
+import os, threading, time
+import pytest
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+import rpc_harness
+
+KEPT = []
+
+
+class Box:
+    def __init__(self):
+        self.value = 1
+
+
+def pid(ctx):
+    return os.getpid()
+
+
+def seeded(ctx):
+    return (ctx.world_seed, torch.rand(1).item(), os.getpid())
+
+
+def clean_rref(ctx):
+    if ctx.rank == 0:
+        box = rpc.remote(ctx.names[1], Box)
+        assert box.to_here().value == 1
+    return os.getpid()
+
+
+def keeps_an_rref(ctx):
+    if ctx.rank == 0:
+        KEPT.append(rpc.remote(ctx.names[1], Box))
+        KEPT[-1].to_here()
+    return os.getpid()
+
+
+def leaves_a_context_open(ctx):
+    KEPT.append(dist_autograd.context())
+    KEPT[-1].__enter__()
+    return os.getpid()
+
+
+def forgets_a_future(ctx):
+    if ctx.rank == 0:
+        rpc.rpc_async(ctx.names[1], time.sleep, (30,))
+    return os.getpid()
+
+
+def leaves_a_thread(ctx):
+    if ctx.rank == 1:
+        threading.Thread(target=time.sleep, args=(30,), name="left-behind", daemon=True).start()
+    return os.getpid()
+
+
+def steps(ctx):
+    for _ in range(3):
+        rpc_harness.failpoint("demo.step")
+    return os.getpid()
+
+
+def shuts_down(ctx):
+    rpc.shutdown()
+"""
+
+
+def run(pytester, *args):
+    """The inner session, in this process (its worlds fork from this
+    worker's forkserver); every world in it has a deadline."""
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
+
+
+def pids_in(out, test):
+    """The pids a passing test printed (``PIDS test [..]``)."""
+    found = re.search(rf"PIDS {test} (\[[0-9, ]+\])", out)
+    assert found, f"{test} printed no pids:\n{out}"
+    return eval(found[1])
+
+
+def failure_section(out, test):
+    """The text of ``test``'s failure section alone (with CI set, pytest's
+    short summary repeats each failure's message whole)."""
+    start = out.index(f"_ {test} _")
+    end = re.search(r"\n(_{3,} \S+ _{3,}|={3,} (short test summary|\d+ (failed|passed)))", out[start:])
+    return out[start:start + end.start()] if end else out[start:]
+
+
+def test_entries_of_one_shape_share_a_world_and_each_gets_its_own_seed(pytester):
+    pytester.makepyfile(ENTRIES + """
+def test_a(rpc_world_module):
+    result = rpc_world_module.run(seeded, world_size=2)
+    print("PIDS test_a", [v[2] for v in result.values])
+    print("SEED test_a", result.seed, rpc_world_module.seed_for(0))
+
+def test_b(rpc_world_module):
+    result = rpc_world_module.run(seeded, world_size=2)
+    print("PIDS test_b", [v[2] for v in result.values])
+    print("SEED test_b", result.seed, rpc_world_module.seed_for(0))
+    assert "entry 2 of it" in result.reuse
+
+def test_other_shape(rpc_world_module):
+    result = rpc_world_module.run(pid, world_size=3)
+    print("PIDS test_other_shape", result.values)
+""")
+    result = run(pytester, "-s")
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    assert pids_in(out, "test_a") == pids_in(out, "test_b")  # one live world
+    assert not set(pids_in(out, "test_other_shape")) & set(pids_in(out, "test_a"))
+    seeds = dict(re.findall(r"SEED (test_\w) (\d+ \d+)", out))
+    for test in ("test_a", "test_b"):
+        world, expected = seeds[test].split()
+        assert world == expected  # the seed rpc_world would give this test's first world
+    assert seeds["test_a"] != seeds["test_b"]
+
+
+def test_a_clean_entry_with_rrefs_keeps_the_world(pytester):
+    pytester.makepyfile(ENTRIES + """
+def test_a(rpc_world_module):
+    print("PIDS test_a", rpc_world_module.run(clean_rref, world_size=2).values)
+
+def test_b(rpc_world_module):
+    print("PIDS test_b", rpc_world_module.run(clean_rref, world_size=2).values)
+""")
+    result = run(pytester, "-s")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert pids_in(out, "test_a") == pids_in(out, "test_b")
+
+
+# Each rule: the entry that breaks it, and what its failure must say.
+RULES = {
+    "rrefs": ("keeps_an_rref", [r"rule rrefs", r"rank 0 \(worker0\) still holds \(owner worker1\) UserRRef",
+                                r"held by the global test_\w+\.KEPT", r"rank 1 \(worker1\) owns 1 RRef"]),
+    "dist_autograd": ("leaves_a_context_open", [r"rule dist_autograd",
+                                                r"rank 0 \(worker0\) has 1 dist_autograd context\(s\) open"]),
+    "futures": ("forgets_a_future", [r"rule futures", r"rank 0 \(worker0\) waits for the answers of 1 RPC"]),
+    "idle": ("leaves_a_thread", [r"rule idle", r"rank 1 \(worker1\) still runs 1 thread\(s\) the entry "
+                                               r"started: 'left-behind'"]),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world(pytester, rule):
+    entry, patterns = RULES[rule]
+    pytester.makepyfile(ENTRIES + f"""
+def test_before(rpc_world_module):
+    print("PIDS test_before", rpc_world_module.run(pid, world_size=2).values)
+
+def test_dirty(rpc_world_module):
+    rpc_world_module.run({entry}, world_size=2)
+
+def test_after(rpc_world_module):
+    result = rpc_world_module.run(pid, world_size=2)
+    print("PIDS test_after", result.values)
+""")
+    result = run(pytester, "-s", "-rP")
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    failure = failure_section(out, "test_dirty")
+    assert "rpc world failed: the entry left the reused world dirty" in failure
+    for pattern in patterns:
+        assert re.search(pattern, failure), f"{pattern!r} not in:\n{failure}"
+    assert "ran in a reused world, entry 2 of it" in failure
+    # Replayed alone, in a fresh world; or after the entries before it.
+    assert re.search(r"Replay: pytest \S+::test_dirty --rpc-seed=\d+", failure)
+    assert re.search(r"or, after the 1 entries its world ran before it: pytest \S+::test_before \S+::test_dirty",
+                     failure)
+    assert not set(pids_in(out, "test_after")) & set(pids_in(out, "test_before"))
+    assert re.search(rf"the one before ended: \S+::test_dirty left it dirty \(rule [^)]*\b{rule}\b", out)
+
+
+def test_a_kill_a_hang_and_a_failure_each_end_the_world(pytester):
+    pytester.makepyfile(ENTRIES + """
+import pytest
+
+def test_first(rpc_world_module):
+    print("PIDS test_first", rpc_world_module.run(pid, world_size=2).values)
+
+def test_killed(rpc_world_module):
+    result = rpc_world_module.run(steps, world_size=2, faults="kill:worker1@demo.step#2")
+    assert [o.status for o in result] == ["ok", "killed"]
+
+def test_after_kill(rpc_world_module):
+    print("PIDS test_after_kill", rpc_world_module.run(pid, world_size=2).values)
+
+def test_hangs(rpc_world_module):
+    rpc_world_module.run(steps, world_size=2, deadline=1, faults="hang:worker0@demo.step")
+
+def test_after_hang(rpc_world_module):
+    print("PIDS test_after_hang", rpc_world_module.run(pid, world_size=2).values)
+
+def test_raises(rpc_world_module):
+    rpc_world_module.run(steps, world_size=2, faults="raise:worker0@demo.step")
+
+def test_after_raise(rpc_world_module):
+    print("PIDS test_after_raise", rpc_world_module.run(pid, world_size=2).values)
+""")
+    result = run(pytester, "-s", "-rP")
+    result.assert_outcomes(passed=5, failed=2)
+    out = result.stdout.str()
+    first, after_kill = pids_in(out, "test_first"), pids_in(out, "test_after_kill")
+    after_hang, after_raise = pids_in(out, "test_after_hang"), pids_in(out, "test_after_raise")
+    assert not set(first) & set(after_kill) and not set(after_kill) & set(after_hang)
+    assert not set(after_hang) & set(after_raise)
+    assert re.search(r"the one before ended: \S+::test_killed lost rank 1 \(worker1\): killed by SIGKILL", out)
+    assert re.search(r"the one before ended: \S+::test_hangs hung past its deadline of 1s", out)
+    assert re.search(r"the one before ended: \S+::test_raises failed: rank 0 \(worker0\): raised", out)
+    assert "rpc world hung: deadline of 1s passed" in failure_section(out, "test_hangs")
+
+
+def test_fault_plans_count_hits_per_entry(pytester):
+    pytester.makepyfile(ENTRIES + """
+PLAN = "delay:worker0@demo.step#3=0.01s"
+
+def test_a(rpc_world_module):
+    result = rpc_world_module.run(steps, world_size=2, faults=PLAN)
+    print("PIDS test_a", result.values)
+    assert result.fault_counts() == {PLAN: 1}
+
+def test_b(rpc_world_module):
+    result = rpc_world_module.run(steps, world_size=2, faults=PLAN)
+    print("PIDS test_b", result.values)
+    assert result.fault_counts() == {PLAN: 1}
+""")
+    result = run(pytester, "-s")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert pids_in(out, "test_a") == pids_in(out, "test_b")
+
+
+def test_worlds_a_reused_world_cannot_run_are_refused_by_name(pytester):
+    pytester.makepyfile(ENTRIES + """
+import pytest
+from rpc_harness.errors import WorldSpecError
+
+@pytest.mark.parametrize("how", [dict(schedule="controlled"), dict(fuzz=0.01),
+                                 dict(faults="msgdelay:worker0@PYTHON_CALL=0.01s")])
+def test_refused(rpc_world_session, how):
+    with pytest.raises(WorldSpecError, match="cannot run in a reused world; use the rpc_world fixture"):
+        rpc_world_session.run(pid, world_size=2, **how)
+
+def test_spawn_refused(rpc_world_session):
+    with pytest.raises(WorldSpecError, match="spawn"):
+        rpc_world_session.spawn(pid, nprocs=2)
+
+def test_shutdown_in_an_entry_fails_it(rpc_world_session):
+    result = rpc_world_session.run(shuts_down, world_size=2, check=False)
+    assert "must not call rpc.shutdown()" in result[0].error
+""")
+    result = run(pytester)
+    result.assert_outcomes(passed=5)
+
+
+def our_world_folders():
+    """The world folders this process owns (others' sessions share the temp folder)."""
+    ours = set()
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), "rpc-world-*")):
+        try:
+            with open(os.path.join(folder, "owner")) as file:
+                if int(file.read().split()[0]) == os.getpid():
+                    ours.add(folder)
+        except (OSError, ValueError, IndexError):
+            continue
+    return ours
+
+
+def test_live_worlds_leave_no_process_or_folder_behind(pytester):
+    before = our_world_folders()
+    pytester.makepyfile(ENTRIES + """
+def test_module(rpc_world_module):
+    print("PIDS test_module", rpc_world_module.run(pid, world_size=2).values)
+
+def test_session(rpc_world_session):
+    print("PIDS test_session", rpc_world_session.run(pid, world_size=3).values)
+""")
+    result = run(pytester, "-s")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert not wait_gone(pids_in(out, "test_module") + pids_in(out, "test_session"))
+    assert our_world_folders() <= before
