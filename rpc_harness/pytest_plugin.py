@@ -14,7 +14,7 @@ import importlib.util
 import os
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -551,24 +551,27 @@ def rpc_world(request: pytest.FixtureRequest) -> RpcWorld:
     return RpcWorld(request)
 
 
-def _pool() -> Any:
+def _pool() -> Iterator[Any]:
+    """A pool of live worlds, every one closed when its scope ends (an
+    interrupted session too: pytest tears fixtures down on Ctrl-C, which a
+    SIGTERM becomes; ranks die with this process whatever happens)."""
     from ._live import WorldPool
 
-    return WorldPool()
+    pool = WorldPool()
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture(scope="module")
-def _rpc_world_pool_module() -> Any:
-    pool = _pool()
-    yield pool
-    pool.close()
+def _rpc_world_pool_module() -> Iterator[Any]:
+    yield from _pool()
 
 
 @pytest.fixture(scope="session")
-def _rpc_world_pool_session() -> Any:
-    pool = _pool()
-    yield pool
-    pool.close()
+def _rpc_world_pool_session() -> Iterator[Any]:
+    yield from _pool()
 
 
 @pytest.fixture

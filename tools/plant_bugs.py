@@ -48,6 +48,7 @@ UD = "tests/unit/test_devices.py::"
 WD = "tests/world/test_devices.py::"
 CL = "tests/world/test_control_lost.py::"
 UCL = "tests/unit/test_control_lost.py::"
+RW = "tests/world/test_reuse.py::"
 
 
 @dataclass(frozen=True)
@@ -773,6 +774,46 @@ BUGS = (
     Bug("the driver is read as initialized on any answer", "rpc_harness/_cuda_fork.py",
         "cuDeviceGetCount(ctypes.byref(count)) == _CUDA_SUCCESS)", "cuDeviceGetCount(ctypes.byref(count)) is not None)",
         (CF + "test_the_driver_is_asked_whether_it_was_initialized_without_initializing_it",)),
+    # Reused worlds (rpc_world_module, rpc_world_session): each rule's check, and what ends a world.
+    Bug("a reused world's RRef rule not checked on the owner", "rpc_harness/_clean.py",
+        "    if owners or forks:\n", "    if False:\n",
+        (RW + "test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world[rrefs]",)),
+    Bug("a reused world's RRefs left not named", "rpc_harness/_live.py",
+        "            found = self._ask(scan=True)", "            pass",
+        (RW + "test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world[rrefs]",)),
+    Bug("a reused world's dist_autograd rule not checked", "rpc_harness/_clean.py",
+        "    if contexts or passes:\n", "    if False:\n",
+        (RW + "test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world"
+              "[dist_autograd]",)),
+    Bug("a reused world's futures rule not checked", "rpc_harness/_clean.py",
+        "    if issued or fetches:\n", "    if False:\n",
+        (RW + "test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world[futures]",)),
+    Bug("a reused world's idle rule misses calls being served", "rpc_harness/_clean.py",
+        "    if serving:\n", "    if False:\n",
+        (RW + "test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world[futures]",)),
+    Bug("a reused world's idle rule misses threads the entry left running", "rpc_harness/_clean.py",
+        "    if started:\n", "    if False:\n",
+        (RW + "test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world[idle]",)),
+    Bug("a dirty reused world runs the next entry", "rpc_harness/_live.py",
+        "            self.problems += dirt\n            self.kill_all()\n            return \"dirty\"",
+        "            self.problems += dirt\n            return \"\"",
+        (RW + "test_an_entry_that_breaks_a_rule_fails_its_own_test_and_the_next_gets_a_fresh_world[idle]",)),
+    Bug("a reused world that lost a rank runs the next entry", "rpc_harness/_live.py",
+        "        if gone:\n            self.kill_all()", "        if False:\n            self.kill_all()",
+        (RW + "test_a_kill_a_hang_and_a_failure_each_end_the_world",)),
+    Bug("a reused world's entry counts the hits of the entries before it", "rpc_harness/_live.py",
+        'read_event_lines(rank_file(self.workdir, rank, "events"), self.events_read.get(rank, 0))',
+        'read_event_lines(rank_file(self.workdir, rank, "events"))',
+        (RW + "test_fault_plans_count_hits_per_entry",)),
+    Bug("a reused world's entry runs with the RNGs the last one left", "rpc_harness/_rank.py",
+        "    seed_everything(ctx.seed)\n    _rpc_hooks.start(ctx, events)", "    _rpc_hooks.start(ctx, events)",
+        (RW + "test_entries_of_one_shape_share_a_world_and_each_gets_its_own_seed",)),
+    Bug("reused worlds run what they cannot (schedules, fuzz, message faults, spawn)", "rpc_harness/pytest_plugin.py",
+        "        reason = refusal(spec)", "        reason = None",
+        (RW + "test_worlds_a_reused_world_cannot_run_are_refused_by_name",)),
+    Bug("live worlds outlive their module", "rpc_harness/pytest_plugin.py",
+        "    finally:\n        pool.close()", "    finally:\n        pass",
+        (RW + "test_live_worlds_leave_no_process_or_folder_behind",)),
 )
 
 

@@ -116,11 +116,14 @@ def test_a(rpc_world_module):
     print("PIDS test_a", [v[2] for v in result.values])
     print("SEED test_a", result.seed, rpc_world_module.seed_for(0))
 
-def test_b(rpc_world_module):
+def test_b(rpc_world_module, rpc_world):
     result = rpc_world_module.run(seeded, world_size=2)
     print("PIDS test_b", [v[2] for v in result.values])
     print("SEED test_b", result.seed, rpc_world_module.seed_for(0))
     assert "entry 2 of it" in result.reuse
+    # Every RNG seeded again for the entry: as a fresh world of that seed.
+    fresh = rpc_world.run(seeded, world_size=2, seed=result.seed)
+    assert [v[:2] for v in fresh.values] == [v[:2] for v in result.values]
 
 def test_other_shape(rpc_world_module):
     result = rpc_world_module.run(pid, world_size=3)
@@ -158,7 +161,8 @@ RULES = {
                                 r"held by the global test_\w+\.KEPT", r"rank 1 \(worker1\) owns 1 RRef"]),
     "dist_autograd": ("leaves_a_context_open", [r"rule dist_autograd",
                                                 r"rank 0 \(worker0\) has 1 dist_autograd context\(s\) open"]),
-    "futures": ("forgets_a_future", [r"rule futures", r"rank 0 \(worker0\) waits for the answers of 1 RPC"]),
+    "futures": ("forgets_a_future", [r"rule futures", r"rank 0 \(worker0\) waits for the answers of 1 RPC",
+                                     r"rule idle .*: rank 1 \(worker1\) is still serving 1 RPC"]),
     "idle": ("leaves_a_thread", [r"rule idle", r"rank 1 \(worker1\) still runs 1 thread\(s\) the entry "
                                                r"started: 'left-behind'"]),
 }
