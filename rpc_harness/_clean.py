@@ -17,8 +17,12 @@ only once some rank found an RRef left).
 Cross-rank bookkeeping is asynchronous: a UserRRef's delete reaches its
 owner later, a dist_autograd context's release its peers later, an RPC
 fired and forgotten may still be on its way. So the counts are read until
-they settle, for at most ``SETTLE`` seconds; a clean rank settles on its
-first read.
+they settle. A check comes in two looks: a quick one (the young garbage
+collected, ``QUICK_SETTLE`` seconds to settle), which a clean world passes
+at its first read; and, where any rank found something, a thorough one in
+every rank (all garbage collected, which takes tens of milliseconds in a
+rank with torch loaded; ``SETTLE`` seconds; the RRefs named), whose
+findings are the verdict.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ RULES = {
     "idle": "every rank idle: no RPC being served, no thread the entry started still running",
 }
 SETTLE = 2.0  # seconds the counts may take to settle before a rank is called dirty
+QUICK_SETTLE = 0.2  # seconds the quick look waits for them
 
 
 def threads_now() -> set[int]:
@@ -44,19 +49,21 @@ def threads_now() -> set[int]:
     return {thread.ident for thread in threading.enumerate() if thread.ident is not None}
 
 
-def check(label: str, before: set[int], *, scan: bool = False, settle: float = SETTLE) -> tuple[str, ...]:
+def check(label: str, before: set[int], *, thorough: bool = False) -> tuple[str, ...]:
     """What this rank (``label``: "rank 1 (worker1)") breaks of ``RULES``,
     one line per finding, each starting with its rule's name; empty when
     clean. ``before``: the threads alive before the entry ran."""
-    gc.collect()  # RRefs and futures held only by garbage cycles go now
-    until = time.monotonic() + settle
+    # RRefs and futures held only by garbage cycles go now (the entry's
+    # own are young; a thorough look collects every generation).
+    gc.collect() if thorough else gc.collect(1)
+    until = time.monotonic() + (SETTLE if thorough else QUICK_SETTLE)
     while True:
         found = _findings(before)
         if not found or time.monotonic() >= until:
             break
         time.sleep(0.005)
     lines = [f"{rule}: {label} {text}" for rule, text in found]
-    if scan:
+    if thorough:
         lines += [f"rrefs: {label} {text}" for text in held_rrefs()]
     return tuple(lines)
 

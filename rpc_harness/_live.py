@@ -139,21 +139,22 @@ class LiveSupervisor(Supervisor):
         self.ended = 0.0
 
     def _check(self) -> list[str]:
-        """Ask every rank what the entry left; a second, slower look names
-        the RRefs left wherever some rank found one."""
-        found = self._ask(scan=False)
-        if any(line.startswith("rrefs:") for line in found):
-            found = self._ask(scan=True)
+        """Ask every rank what the entry left: a quick look, and where any
+        rank found something, a thorough one everywhere, whose findings
+        (with the RRefs left named) are the verdict."""
+        found = self._ask(thorough=False)
+        if found:
+            found = self._ask(thorough=True)
         problems = []
         for line in found:
             rule, text = line.split(": ", 1)
             problems.append(f"{R.DIRTY}: rule {rule} ({RULES[rule]}): {text}")
         return problems
 
-    def _ask(self, *, scan: bool) -> list[str]:
+    def _ask(self, *, thorough: bool) -> list[str]:
         self.checked = {}
         for rank in sorted(self.running):
-            self.conns[rank].send(msg.Check(scan))
+            self.conns[rank].send(msg.Check(thorough))
         answered = self._watch_until(lambda: len(self.checked) == len(self.running),
                                      time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
         if not answered:

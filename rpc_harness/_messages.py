@@ -114,10 +114,10 @@ class RunEntry:
 @dataclass(frozen=True)
 class Check:
     """A reused world, every rank done with its entry: check that nothing
-    of it is left and answer :class:`Checked` (``scan``: name the RRefs
-    this rank still holds too, a slower look)."""
+    of it is left and answer :class:`Checked` (``thorough``: collect all
+    garbage, wait longer, name the RRefs this rank holds: a slower look)."""
 
-    scan: bool = False
+    thorough: bool = False
 
 
 # -- a controlled schedule: rank (its tasks) -> scheduler, over a pipe of its own -------------

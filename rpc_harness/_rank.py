@@ -193,8 +193,8 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
             case msg.RunEntry():
                 before = _clean.threads_now()
                 _run_entry(word, boot, world, events, send)
-            case msg.Check(scan):
-                send(msg.Checked(_clean.check(label, before, scan=scan)))
+            case msg.Check(thorough):
+                send(msg.Checked(_clean.check(label, before, thorough=thorough)))
             case _:
                 raise RuntimeError(f"the supervisor said {word!r} to a reused world's rank")
 

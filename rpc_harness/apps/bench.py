@@ -8,6 +8,8 @@
   its asserts rewritten in the ranks and without (``--assert=plain``);
 - memory per rank as PSS and USS (RSS counts the pages every rank shares
   with the forkserver, and 128 ranks would "use" more than the machine has);
+- an entry in a reused 4-rank world (``rpc_world_module``, its cleanliness
+  check included) against a fresh 4-rank world, both through the fixtures;
 - failure-report latency: a rank's death to the world's failure report;
 - unarmed failpoint cost, and its share of a scenario's run time;
 - what recording an RPC for the timeline adds to the call;
@@ -315,6 +317,62 @@ def fixture_path(repeat: int, rounds: int = 3) -> dict[str, Any]:
     return row
 
 
+REUSE_TEST = textwrap.dedent("""
+    import json, os, time
+    import torch
+    import torch.distributed.rpc as rpc
+
+    def add(a, b):
+        return a + b
+
+    def ring(ctx):
+        peer = ctx.names[(ctx.rank + 1) % ctx.world_size]
+        return rpc.rpc_sync(peer, add, args=(torch.ones(2) * ctx.rank, 1)).tolist()
+
+    def test_entries(rpc_world_module, rpc_world):
+        started = time.perf_counter()
+        rpc_world_module.run(ring, world_size=4)  # brings the live world up
+        first = time.perf_counter() - started
+        reused, fresh = [], []
+        for _ in range(int(os.environ["BENCH_REPEAT"])):  # alternating, so that drift hits both
+            started = time.perf_counter()
+            rpc_world_module.run(ring, world_size=4)
+            reused.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            rpc_world.run(ring, world_size=4)
+            fresh.append(time.perf_counter() - started)
+        with open(os.environ["BENCH_OUT"], "w") as file:
+            json.dump({"first": first, "reused": reused, "fresh": fresh}, file)
+""")
+
+
+def reused_entries(repeat: int) -> dict[str, Any]:
+    """An entry (one ``rpc_sync`` a rank) in a reused 4-rank world
+    (``rpc_world_module``: the entry, then every rank's cleanliness check)
+    against the same entry in a fresh 4-rank world (``rpc_world``), from one
+    pytest session of their own, alternating: medians, and the bring-up of
+    the live world (its first entry)."""
+    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
+        with open(os.path.join(folder, "test_reused_entries.py"), "w") as file:
+            file.write(REUSE_TEST)
+        out = os.path.join(folder, "times.json")
+        env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "test_reused_entries.py"], cwd=folder, env=env, capture_output=True, text=True,
+                              timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"the reused-world session failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        with open(out) as file:
+            times = json.load(file)
+    reused, fresh = statistics.median(times["reused"]), statistics.median(times["fresh"])
+    row = {"reused_median_s": reused, "fresh_median_s": fresh, "runs": len(times["reused"]),
+           "first_s": times["first"], "per_minute": 60 / reused}
+    print(f"  entry in a reused 4-rank world: {reused * 1000:.1f} ms (median of {row['runs']}; "
+          f"{row['per_minute']:.0f} a minute), fresh 4-rank world {fresh:.3f} s, {fresh / reused:.0f}x; "
+          f"the live world's first entry {times['first']:.2f} s", flush=True)
+    return row
+
+
 def failure_latency(repeat: int) -> dict[str, Any]:
     samples = []
     for _ in range(repeat):
@@ -487,7 +545,7 @@ def _until(row: dict[str, Any]) -> str:
     return f"median {median}, worst {worst}"
 
 
-SECTIONS = ("bring-up", "fixture", "failure", "failpoint", "recording", "scenarios", "schedules")
+SECTIONS = ("bring-up", "fixture", "reuse", "failure", "failpoint", "recording", "scenarios", "schedules")
 
 
 def run_bench(
@@ -523,6 +581,8 @@ def run_bench(
             print(f"  wrote {svg_path}", flush=True)
     if "fixture" in only:
         figures["fixture_path"] = fixture_path(4 if quick else 30, rounds=2 if quick else 5)
+    if "reuse" in only:
+        figures["reused_entries"] = reused_entries(5 if quick else 50)
     if "failure" in only:
         figures["failure_latency"] = failure_latency(3 if quick else 5)
     per_call = failpoint_cost()
@@ -583,6 +643,12 @@ def table(figures: dict[str, Any]) -> str:
             lines.append(f"| the same, asserts rewritten in ranks / not (--assert=plain): world (median), first "
                          f"world of a session (median) | {fixture['median_s']:.3f} / {fixture['plain_median_s']:.3f} s, "
                          f"{fixture['first_s']:.2f} / {fixture['plain_first_s']:.2f} s | | |")
+    reuse = figures.get("reused_entries")
+    if reuse:
+        # The "spawn way" column holds the fresh world's figure here, the ratio fresh / reused.
+        lines.append(f"| entry in a reused 4-rank world (rpc_world_module) / in a fresh one (rpc_world), one "
+                     f"rpc_sync a rank (median) | {reuse['reused_median_s'] * 1000:.1f} ms | "
+                     f"{reuse['fresh_median_s']:.3f} s | {reuse['fresh_median_s'] / reuse['reused_median_s']:.0f}x |")
     for row in figures.get("bring_up", []):
         lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "
                      f"{row['pss_mb']:.0f} / {row['uss_mb']:.0f} MB, {row['world_pss_gb']:.2f} GB | | |")

@@ -12,6 +12,8 @@ def test_the_table_quotes_every_figure():
                      {"world_size": 256, "harness_median_s": 48.0, "pss_mb": 16.0, "uss_mb": 15.1,
                       "world_pss_gb": 4.0}],
         "fixture_path": {"median_s": 0.2, "plain_median_s": 0.21, "first_s": 5.0, "plain_first_s": 5.1},
+        "reused_entries": {"reused_median_s": 0.0096, "fresh_median_s": 0.233, "runs": 50, "first_s": 3.2,
+                           "per_minute": 6250.0},
         "failure_latency": {"median_s": 0.04, "max_s": 0.05},
         "unarmed_failpoint_ns": 110.0,
         "rpc_recording": {"plain_us": 340.0, "recorded_us": 365.0, "added_us": 25.0},
@@ -25,6 +27,8 @@ def test_the_table_quotes_every_figure():
     assert ("| the same, asserts rewritten in ranks / not (--assert=plain): world (median), first world of a "
             "session (median) | 0.200 / 0.210 s, 5.00 / 5.10 s |") in text
     assert "| memory at 256 ranks: per rank PSS / USS (median), world PSS | 16 / 15 MB, 4.00 GB |" in text
+    assert ("| entry in a reused 4-rank world (rpc_world_module) / in a fresh one (rpc_world), one rpc_sync a "
+            "rank (median) | 9.6 ms | 0.233 s | 24x |") in text
     assert "| rank death -> failure report (median / max) | 40 / 50 ms |" in text
     assert "| unarmed failpoint | 110 ns/call |" in text
     assert "| 340 / 25 us |" in text
