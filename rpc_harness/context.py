@@ -124,11 +124,11 @@ def read_event_lines(path: str, start: int = 0) -> list[dict]:
     try:
         with open(path, "rb") as file:
             file.seek(start)
-            data = file.read()
+            data = _written(file)
     except OSError:
         return []
     events = []
-    for line in data.split(b"\x00", 1)[0].splitlines():
+    for line in data.splitlines():
         try:
             events.append(json.loads(line))
         except ValueError:
@@ -140,11 +140,23 @@ def events_written(path: str) -> int:
     """How many bytes of events an :class:`EventLog` has written to ``path`` so far."""
     try:
         with open(path, "rb") as file:
-            data = file.read()
+            return len(_written(file))
     except OSError:
         return 0
-    end = data.find(b"\x00")
-    return len(data) if end < 0 else end
+
+
+def _written(file: Any, chunk: int = 1 << 16) -> bytes:
+    """What an event file holds from where ``file`` stands up to its first
+    NUL byte: read a chunk at a time, not the whole mapped length (a MiB
+    and more, nearly all of it unwritten)."""
+    parts = []
+    while True:
+        data = file.read(chunk)
+        end = data.find(b"\x00")
+        if end >= 0 or len(data) < chunk:
+            parts.append(data if end < 0 else data[:end])
+            return b"".join(parts)
+        parts.append(data)
 
 
 class RankContext:

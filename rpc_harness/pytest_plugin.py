@@ -343,8 +343,9 @@ class RpcWorld:
                     f"allowed: {', '.join(MARKER_KEYS)}"
                 )
             self._marker = dict(marker.kwargs)
-        self.results: list[WorldResult] = []
-        request.node.stash[_results_key] = self.results
+        # One list per test, whichever world fixtures it uses (rpc_world and a
+        # reused one): its report sections, and its worlds' seeds by index.
+        self.results: list[WorldResult] = request.node.stash.setdefault(_results_key, [])
         if getattr(request.config, "cache", None) is None and _traces_key not in request.config.stash:
             # No cache folder (-p no:cacheprovider): pytest's own temp folder,
             # which it prunes itself, rather than the user's working tree.

@@ -212,6 +212,13 @@ def test_killed(rpc_world_module):
 def test_after_kill(rpc_world_module):
     print("PIDS test_after_kill", rpc_world_module.run(pid, world_size=2).values)
 
+def test_frozen(rpc_world_module):
+    result = rpc_world_module.run(steps, world_size=2, faults="freeze:worker0@demo.step#2")
+    assert [o.status for o in result] == ["killed", "ok"]
+
+def test_after_freeze(rpc_world_module):
+    print("PIDS test_after_freeze", rpc_world_module.run(pid, world_size=2).values)
+
 def test_hangs(rpc_world_module):
     rpc_world_module.run(steps, world_size=2, deadline=1, faults="hang:worker0@demo.step")
 
@@ -225,9 +232,11 @@ def test_after_raise(rpc_world_module):
     print("PIDS test_after_raise", rpc_world_module.run(pid, world_size=2).values)
 """)
     result = run(pytester, "-s", "-rP")
-    result.assert_outcomes(passed=5, failed=2)
+    result.assert_outcomes(passed=7, failed=2)
     out = result.stdout.str()
     first, after_kill = pids_in(out, "test_first"), pids_in(out, "test_after_kill")
+    assert not set(after_kill) & set(pids_in(out, "test_after_freeze"))
+    assert re.search(r"the one before ended: \S+::test_frozen lost rank 0 \(worker0\): frozen \(SIGSTOP\)", out)
     after_hang, after_raise = pids_in(out, "test_after_hang"), pids_in(out, "test_after_raise")
     assert not set(first) & set(after_kill) and not set(after_kill) & set(after_hang)
     assert not set(after_hang) & set(after_raise)
@@ -307,3 +316,16 @@ def test_session(rpc_world_session):
     out = result.stdout.str()
     assert not wait_gone(pids_in(out, "test_module") + pids_in(out, "test_session"))
     assert our_world_folders() <= before
+
+
+def test_under_xdist_each_worker_keeps_its_own_live_world(pytester):
+    pytester.makepyfile(ENTRIES + "".join(f"""
+def test_{n}(rpc_world_session):
+    print("PIDS test_{n}", rpc_world_session.run(pid, world_size=2).values)
+""" for n in range(6)))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-rP", timeout=300)
+    result.assert_outcomes(passed=6)
+    out = result.stdout.str()
+    worlds = {tuple(pids_in(out, f"test_{n}")) for n in range(6)}
+    assert 1 <= len(worlds) <= 2  # one live world per worker (a worker may get no test)
+    assert not wait_gone([pid for world in worlds for pid in world])
