@@ -8,7 +8,11 @@ from __future__ import annotations
 import glob
 import os
 import re
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 
 import pytest
 
@@ -329,3 +333,73 @@ def test_{n}(rpc_world_session):
     worlds = {tuple(pids_in(out, f"test_{n}")) for n in range(6)}
     assert 1 <= len(worlds) <= 2  # one live world per worker (a worker may get no test)
     assert not wait_gone([pid for world in worlds for pid in world])
+
+
+INTERRUPTED = """
+import os, signal, time
+import pytest
+
+def waits_in_its_entry(ctx, folder, session):
+    open(os.path.join(folder, str(ctx.rank)), "w").close()
+    if ctx.rank == 0:
+        while len(os.listdir(folder)) < ctx.world_size:
+            time.sleep(0.01)
+        os.kill(session, signal.SIGALRM)  # pytest-timeout's timer fires now, every rank inside its entry
+    time.sleep(600)
+
+def pid(ctx):
+    return os.getpid()
+
+def test_first(rpc_world_module):
+    print("PIDS test_first", rpc_world_module.run(pid, world_size=2).values)
+
+@pytest.mark.timeout(300)
+def test_times_out(rpc_world_module, tmp_path):
+    rpc_world_module.run(waits_in_its_entry, world_size=2, deadline=600, args=(str(tmp_path), os.getpid()))
+
+def test_after(rpc_world_module):
+    print("PIDS test_after", rpc_world_module.run(pid, world_size=2).values)
+
+def test_waits_for_sigterm(rpc_world_session):
+    print("PIDS test_waits", rpc_world_session.run(pid, world_size=3).values, flush=True)
+    open(os.environ["READY_FILE"], "w").close()
+    time.sleep(600)
+"""
+
+
+def test_a_test_timeout_inside_an_entry_reports_its_stacks_and_the_next_test_gets_a_fresh_world(pytester):
+    pytester.makepyfile(test_worlds=INTERRUPTED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "not sigterm", "-rP", timeout=300)
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    failure = failure_section(out, "test_times_out")
+    assert "Timeout" in failure and "in waits_in_its_entry" in failure, failure
+    assert not set(pids_in(out, "test_first")) & set(pids_in(out, "test_after"))
+    assert re.search(r"the one before ended: \S+::test_times_out was stopped from outside \(Failed\)", out), out
+
+
+def test_a_sigterm_to_the_session_closes_its_live_worlds(pytester, tmp_path):
+    pytester.makepyfile(test_worlds=INTERRUPTED)
+    ready, log = tmp_path / "ready", tmp_path / "session.log"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-k", "sigterm", "test_worlds.py"],
+            cwd=pytester.path, env=dict(os.environ, READY_FILE=str(ready), TMPDIR=str(temp)), stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        until = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < until:
+            time.sleep(0.1)
+        assert ready.exists(), log.read_text()[-3000:]
+        ranks = pids_in(log.read_text(), "test_waits")
+        assert glob.glob(str(temp / "rpc-world-*")), "the live world's folder"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not wait_gone(ranks), log.read_text()[-3000:]
+    assert not glob.glob(str(temp / "rpc-world-*")), log.read_text()[-3000:]
