@@ -102,12 +102,12 @@ class LiveSupervisor(Supervisor):
         """Run one entry in every rank and check what it left; returns why
         the world can run no more ("": it can)."""
         self._begin(spec)
-        for rank in sorted(self.running):
-            self.conns[rank].send(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults,
-                                               spec.options.deadline))
-        alive = lambda: self.running - self.frozen  # noqa: E731
-        finished = self._watch_until(lambda: all(self.outcomes[r].phase == "done" for r in alive()),
-                                     self.joined_at + spec.options.deadline,  # type: ignore[operator]
+        self._tell_all(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults, spec.options.deadline))
+
+        def done() -> bool:  # every rank not lost is through its entry
+            return all(self.outcomes[r].phase == "done" for r in self.running - self.frozen)
+
+        finished = self._watch_until(done, self.joined_at + spec.options.deadline,  # type: ignore[operator]
                                      on_timeout=lambda: self._on_budget("deadline"))
         self.ended = time.monotonic()
         if not finished:
@@ -118,11 +118,20 @@ class LiveSupervisor(Supervisor):
             return "lost " + ", ".join(o.label for o in gone)
         dirt = self._check()
         self.ended = time.monotonic()
-        if dirt:
-            self.problems += dirt
+        # A rank may die, or not answer, while it checks: the world is over then too.
+        broken = not self.running or bool(self.problems) or any(o.failed for o in self.outcomes)
+        self.problems += dirt
+        if dirt or broken:
             self.kill_all()
-            return "dirty"
+            return "dirty" if dirt else "failed"
         return ""
+
+    def _tell_all(self, message: Any) -> None:
+        for rank in sorted(self.running):
+            try:
+                self.conns[rank].send(message)
+            except OSError:  # it died meanwhile: its sentinel says how
+                pass
 
     def _begin(self, spec: WorldSpec) -> None:
         """Everything of the last entry forgotten: a new spec, new outcomes,
@@ -153,8 +162,7 @@ class LiveSupervisor(Supervisor):
 
     def _ask(self, *, thorough: bool) -> list[str]:
         self.checked = {}
-        for rank in sorted(self.running):
-            self.conns[rank].send(msg.Check(thorough))
+        self._tell_all(msg.Check(thorough))
         answered = self._watch_until(lambda: len(self.checked) == len(self.running),
                                      time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
         if not answered:
@@ -242,7 +250,7 @@ class LiveWorld:
         try:
             if fresh and not self._bring_up(spec):
                 result = self._collect(spec)
-                self.ended = "it did not come up"
+                self.ended = f"it did not come up for {label}"
                 self.close()
                 return result
             supervisor = self._supervisor
@@ -313,8 +321,6 @@ def _ending(result: WorldResult, why: str) -> str:
     gone = result.dead or [o for o in result.ranks if o.status == R.KILLED]
     if gone:
         return "lost " + "; ".join(o.describe() for o in gone)
-    if why.startswith("lost"):
-        return why + " (frozen by the fault plan)"
     if result.failures:
         return "failed: " + result.failures[0].describe()
     if result.skipped is not None:

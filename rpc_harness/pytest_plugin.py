@@ -324,6 +324,8 @@ class RpcWorld:
     ``rpc_world`` marker, then the command line, then the ini file.
     """
 
+    _fixture = "rpc_world"  # the fixture's name, as errors name it
+
     def __init__(self, request: pytest.FixtureRequest) -> None:
         __tracebackhide__ = True  # a bad marker: its message says what and where
         self._request = request
@@ -444,7 +446,7 @@ class RpcWorld:
             options["seed"] = self.seed_for(len(self.results))
         spec = make_spec(
             entry, settings.get("world_size"), names=settings.get("names"), args=args, kwargs=kwargs,
-            spawned=how == "spawn", where=settings.where(f"rpc_world.{how}() in {self._request.node.nodeid}"),
+            spawned=how == "spawn", where=settings.where(f"{self._fixture}.{how}() in {self._request.node.nodeid}"),
             **options,
         )
         # What the forkserver imported before this world besides the entry's

@@ -250,6 +250,36 @@ def test_after_raise(rpc_world_module):
     assert "rpc world hung: deadline of 1s passed" in failure_section(out, "test_hangs")
 
 
+def test_a_rank_that_dies_between_entries_is_seen_before_the_next(pytester):
+    pytester.makepyfile(ENTRIES + """
+import os, signal
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/status") as file:
+            return "State:\tZ" in file.read()
+    except OSError:
+        return True
+
+def test_first(rpc_world_module):
+    pids = rpc_world_module.run(pid, world_size=2).values
+    print("PIDS test_first", pids)
+    os.kill(pids[1], signal.SIGKILL)
+    until = time.monotonic() + 10
+    while not gone(pids[1]) and time.monotonic() < until:
+        time.sleep(0.02)
+    time.sleep(0.2)  # its exit status on its way through the forkserver
+
+def test_next(rpc_world_module):
+    print("PIDS test_next", rpc_world_module.run(pid, world_size=2).values)
+""")
+    result = run(pytester, "-s", "-rP")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert not set(pids_in(out, "test_first")) & set(pids_in(out, "test_next"))
+    assert re.search(r"the one before ended: a rank died while the world was idle, after \S+::test_first", out)
+
+
 def test_fault_plans_count_hits_per_entry(pytester):
     pytester.makepyfile(ENTRIES + """
 PLAN = "delay:worker0@demo.step#3=0.01s"
@@ -322,6 +352,7 @@ def test_session(rpc_world_session):
     assert our_world_folders() <= before
 
 
+@pytest.mark.long
 def test_under_xdist_each_worker_keeps_its_own_live_world(pytester):
     pytester.makepyfile(ENTRIES + "".join(f"""
 def test_{n}(rpc_world_session):
@@ -378,11 +409,10 @@ def test_a_test_timeout_inside_an_entry_reports_its_stacks_and_the_next_test_get
     assert re.search(r"the one before ended: \S+::test_times_out was stopped from outside \(Failed\)", out), out
 
 
-def test_a_sigterm_to_the_session_closes_its_live_worlds(pytester, tmp_path):
+def test_a_sigterm_to_the_session_closes_its_live_worlds(pytester, tmp_path, short_tmp):
     pytester.makepyfile(test_worlds=INTERRUPTED)
     ready, log = tmp_path / "ready", tmp_path / "session.log"
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_tmp  # the forkserver's socket goes there: an AF_UNIX path holds 107 bytes
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-k", "sigterm", "test_worlds.py"],
