@@ -280,6 +280,30 @@ def test_next(rpc_world_module):
     assert re.search(r"the one before ended: a rank died while the world was idle, after \S+::test_first", out)
 
 
+def test_a_rank_that_dies_during_the_check_ends_the_world_there(pytester):
+    pytester.makepyfile(ENTRIES + """
+def dies_a_second_later(ctx):
+    if ctx.rank == 1:  # the quick look sees the timer's thread; the thorough one sees the rank die
+        threading.Timer(1.0, os._exit, (3,)).start()
+    return os.getpid()
+
+def test_first(rpc_world_module):
+    print("PIDS test_first", rpc_world_module.run(pid, world_size=2).values)
+
+def test_dies(rpc_world_module):
+    rpc_world_module.run(dies_a_second_later, world_size=2)
+
+def test_next(rpc_world_module):
+    print("PIDS test_next", rpc_world_module.run(pid, world_size=2).values)
+""")
+    result = run(pytester, "-s", "-rP")
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "rank 1 (worker1): exited with code 3" in failure_section(out, "test_dies")
+    assert not set(pids_in(out, "test_first")) & set(pids_in(out, "test_next"))
+    assert re.search(r"the one before ended: \S+::test_dies (failed: |lost )rank 1 \(worker1\)", out), out
+
+
 def test_fault_plans_count_hits_per_entry(pytester):
     pytester.makepyfile(ENTRIES + """
 PLAN = "delay:worker0@demo.step#3=0.01s"
