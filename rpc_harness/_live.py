@@ -46,7 +46,7 @@ from ._supervisor import Supervisor
 from .context import events_written, read_event_lines
 from .faults import FaultPlan
 from .options import DEFAULT_DEADLINE
-from .progress import Progress
+from .progress import WORLD_ENDED, WORLD_UP, Progress
 from .result import RankOutcome, WorldResult
 from .schedule import parse as parse_schedule
 from .spec import WorldSpec
@@ -102,6 +102,13 @@ class LiveSupervisor(Supervisor):
         """Run one entry in every rank and check what it left; returns why
         the world can run no more ("": it can)."""
         self._begin(spec)
+        self._tell(Progress(None, "world", note=WORLD_UP))  # as a fresh world's watchers hear it
+        try:
+            return self._run_entry(spec)
+        finally:
+            self._tell(Progress(None, "world", note=WORLD_ENDED))
+
+    def _run_entry(self, spec: WorldSpec) -> str:
         self._tell_all(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults, spec.options.deadline))
 
         def done() -> bool:  # every rank not lost is through its entry

@@ -304,6 +304,21 @@ def test_next(rpc_world_module):
     assert re.search(r"the one before ended: \S+::test_dies (failed: |lost )rank 1 \(worker1\)", out), out
 
 
+def test_progress_reaches_the_caller_per_entry(pytester):
+    pytester.makepyfile(ENTRIES + """
+def reports(ctx):
+    rpc_harness.progress(1, 1, "steps")
+
+def test_progress(rpc_world_module):
+    for _ in range(2):
+        seen = []
+        rpc_world_module.run(reports, world_size=2, on_progress=seen.append)
+        assert [p.note for p in seen if p.note] == ["up", "ended"]
+        assert sorted(p.rank for p in seen if p.rank is not None) == [0, 1]
+""")
+    run(pytester).assert_outcomes(passed=1)
+
+
 def test_fault_plans_count_hits_per_entry(pytester):
     pytester.makepyfile(ENTRIES + """
 PLAN = "delay:worker0@demo.step#3=0.01s"
