@@ -202,6 +202,36 @@ def test_after(rpc_world_module):
     assert re.search(rf"the one before ended: \S+::test_dirty left it dirty \(rule [^)]*\b{rule}\b", out)
 
 
+def test_the_replay_line_of_an_entry_of_a_reused_world_fails_again_alone_in_a_fresh_one(pytester):
+    pytester.makepyfile(ENTRIES + """
+def draws_and_fails(ctx):
+    raise AssertionError(f"drew {torch.rand(1).item()!r} from world seed {ctx.world_seed}")
+
+def test_a(rpc_world_module):
+    rpc_world_module.run(pid, world_size=2)
+
+def test_b(rpc_world_module):
+    rpc_world_module.run(keeps_an_rref, world_size=2)
+
+def test_c(rpc_world_module):
+    rpc_world_module.run(pid, world_size=2)
+
+def test_d(rpc_world_module):
+    rpc_world_module.run(draws_and_fails, world_size=2)
+""")
+    out = run(pytester).stdout.str()
+    for test, expect in (("test_b", r"rule rrefs .*: rank 1 \(worker1\) owns 1 RRef"), ("test_d", r"drew \S+ from world seed \d+")):
+        failure = failure_section(out, test)
+        line = re.search(rf"Replay: pytest (\S+::{test}) (--rpc-seed=\d+)", failure)
+        assert line, failure
+        first = re.search(expect, failure)
+        assert first and "entry 2 of it" in failure, failure
+        again = run(pytester, line[1], line[2]).stdout.str()
+        replayed = failure_section(again, test)
+        assert first[0] in replayed, replayed  # the same rule broken, the same draw from the same seed
+        assert "brought up for this entry" in replayed
+
+
 def test_a_kill_a_hang_and_a_failure_each_end_the_world(pytester):
     pytester.makepyfile(ENTRIES + """
 import pytest
