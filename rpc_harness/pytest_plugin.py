@@ -535,8 +535,8 @@ class ReusedRpcWorld(RpcWorld):
             # What a failure that needs an earlier entry's leftovers (beyond
             # the rules checked) replays with: the same entries, in order.
             shown = before[-_REPLAY_ENTRIES:]
-            which = f"the {len(shown)} entries" if len(shown) == len(before) else (
-                f"the last {len(shown)} of the {len(before)} entries")
+            which = ("the entry" if len(before) == 1 else f"the {len(before)} entries" if len(shown) == len(before)
+                     else f"the last {len(shown)} of the {len(before)} entries")
             line = pytest_line([*shown, self._request.node.nodeid], self.session_seed,
                                _command_line_flags(self._config))
             spec = dataclasses.replace(spec, repro=f"{spec.repro}\n    or, after {which} its world ran before it: {line}")

@@ -647,7 +647,8 @@ def table(figures: dict[str, Any]) -> str:
     if reuse:
         # The "spawn way" column holds the fresh world's figure here, the ratio fresh / reused.
         lines.append(f"| entry in a reused 4-rank world (rpc_world_module) / in a fresh one (rpc_world), one "
-                     f"rpc_sync a rank (median) | {reuse['reused_median_s'] * 1000:.1f} ms | "
+                     f"rpc_sync a rank (median) | {reuse['reused_median_s'] * 1000:.1f} ms "
+                     f"({reuse['per_minute']:,.0f} a minute) | "
                      f"{reuse['fresh_median_s']:.3f} s | {reuse['fresh_median_s'] / reuse['reused_median_s']:.0f}x |")
     for row in figures.get("bring_up", []):
         lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "

@@ -28,7 +28,7 @@ def test_the_table_quotes_every_figure():
             "session (median) | 0.200 / 0.210 s, 5.00 / 5.10 s |") in text
     assert "| memory at 256 ranks: per rank PSS / USS (median), world PSS | 16 / 15 MB, 4.00 GB |" in text
     assert ("| entry in a reused 4-rank world (rpc_world_module) / in a fresh one (rpc_world), one rpc_sync a "
-            "rank (median) | 9.6 ms | 0.233 s | 24x |") in text
+            "rank (median) | 9.6 ms (6,250 a minute) | 0.233 s | 24x |") in text
     assert "| rank death -> failure report (median / max) | 40 / 50 ms |" in text
     assert "| unarmed failpoint | 110 ns/call |" in text
     assert "| 340 / 25 us |" in text

@@ -196,7 +196,7 @@ def test_after(rpc_world_module):
     assert "ran in a reused world, entry 2 of it" in failure
     # Replayed alone, in a fresh world; or after the entries before it.
     assert re.search(r"Replay: pytest \S+::test_dirty --rpc-seed=\d+", failure)
-    assert re.search(r"or, after the 1 entries its world ran before it: pytest \S+::test_before \S+::test_dirty",
+    assert re.search(r"or, after the entry its world ran before it: pytest \S+::test_before \S+::test_dirty",
                      failure)
     assert not set(pids_in(out, "test_after")) & set(pids_in(out, "test_before"))
     assert re.search(rf"the one before ended: \S+::test_dirty left it dirty \(rule [^)]*\b{rule}\b", out)
