@@ -502,3 +502,33 @@ def test_a_sigterm_to_the_session_closes_its_live_worlds(pytester, tmp_path, sho
             proc.wait()
     assert not wait_gone(ranks), log.read_text()[-3000:]
     assert not glob.glob(str(temp / "rpc-world-*")), log.read_text()[-3000:]
+
+
+def test_no_rank_of_a_live_world_outlives_a_sigkilled_pytest(pytester, tmp_path, short_tmp):
+    pytester.makepyfile(test_worlds=INTERRUPTED)
+    ready, log = tmp_path / "ready", tmp_path / "session.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-k", "sigterm", "test_worlds.py"],
+            cwd=pytester.path, env=dict(os.environ, READY_FILE=str(ready), TMPDIR=str(short_tmp)), stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        until = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < until:
+            time.sleep(0.1)
+        assert ready.exists(), log.read_text()[-3000:]
+        ranks = pids_in(log.read_text(), "test_waits")  # idle in their live world, between entries
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert not wait_gone(ranks, within=30), "ranks of a live world outlived the SIGKILLed pytest"
+        # Its forkserver, left alone, sweeps the folders of the process that started it as it ends.
+        until = time.monotonic() + 30
+        while glob.glob(str(short_tmp / "rpc-world-*")) and time.monotonic() < until:
+            time.sleep(0.1)
+        assert not glob.glob(str(short_tmp / "rpc-world-*"))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
