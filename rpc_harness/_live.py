@@ -284,7 +284,7 @@ class LiveWorld:
         return result
 
     def _bring_up(self, spec: WorldSpec) -> bool:
-        _torch_check.require(faulty_agent=False, retry_log=False)
+        _torch_check.require(reused=True)
         self._workdir = _workdirs.make()
         _OPEN.add(self)
         self._netns, isolation = world_namespace(spec.options.isolate)

@@ -38,6 +38,7 @@ from .errors import Unsupported
 FAULTY_AGENT = "the faulty agent"  # worlds with msgfail/msgdelay faults, or schedule fuzzing
 RETRY_LOG = "the retry log"  # worlds with msgfail faults
 ACCELERATOR = "torch.accelerator"  # none: without it a rank seeds CUDA's generators (rpc_harness.seeds)
+REUSE_CHECKS = "the debug counts"  # what reused worlds check between entries (rpc_harness._clean)
 
 
 @dataclass(frozen=True)
@@ -345,6 +346,12 @@ PIECES: tuple[Piece, ...] = (
           _optimizer_step),
     Piece("torch.accelerator.is_available", "seeding a rank's devices (without it: CUDA's, through torch.cuda)",
           _accelerator, feature=ACCELERATOR),
+    Piece("torch.distributed.rpc._rref_context_get_debug_info", "a reused world's RRef and future counts",
+          _callable("torch.distributed.rpc._rref_context_get_debug_info"), feature=REUSE_CHECKS),
+    Piece("torch.distributed.autograd._get_debug_info", "a reused world's dist_autograd context count",
+          _callable("torch.distributed.autograd._get_debug_info"), feature=REUSE_CHECKS),
+    Piece("torch._C._distributed_rpc.RpcAgent.get_debug_info", "a reused world's calls issued and served",
+          _callable("torch._C._distributed_rpc.RpcAgent.get_debug_info"), feature=REUSE_CHECKS),
     Piece("torch.distributed.rpc._testing.FaultyTensorPipeRpcBackendOptions",
           "message faults (msgfail, msgdelay) and schedule fuzzing run torch's faulty agent", _faulty_agent,
           feature=FAULTY_AGENT),
@@ -387,10 +394,11 @@ def forget() -> None:
     _findings = None
 
 
-def require(*, faulty_agent: bool = False, retry_log: bool = False) -> None:
+def require(*, faulty_agent: bool = False, retry_log: bool = False, reused: bool = False) -> None:
     """Raise :class:`Unsupported` if this torch lacks a piece every world
     needs, or one this world needs (``faulty_agent``: it runs torch's faulty
-    agent; ``retry_log``: it counts msgfail sends)."""
+    agent; ``retry_log``: it counts msgfail sends; ``reused``: a reused
+    world, which checks torch's own counts between entries)."""
     found = findings()
     required = found.required()
     if required:
@@ -401,7 +409,8 @@ def require(*, faulty_agent: bool = False, retry_log: bool = False) -> None:
             "with (the README's table), or report this with the lines above."
         )
     for wanted, feature, what in ((faulty_agent, FAULTY_AGENT, "message faults (msgfail, msgdelay) or fuzz"),
-                                  (retry_log, RETRY_LOG, "msgfail faults")):
+                                  (retry_log, RETRY_LOG, "msgfail faults"),
+                                  (reused, REUSE_CHECKS, "entries that share it (rpc_world_module, rpc_world_session)")):
         lacking = found.lacking(feature) if wanted else []
         if lacking:
             raise Unsupported(

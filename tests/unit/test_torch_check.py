@@ -92,6 +92,19 @@ def test_the_faulty_agent_missing_fails_only_the_worlds_that_need_it(monkeypatch
         "faulty agent)"]
 
 
+def test_the_debug_counts_missing_fail_only_reused_worlds(monkeypatch):
+    import torch.distributed.autograd as dist_autograd
+
+    monkeypatch.delattr(dist_autograd, "_get_debug_info")
+    _torch_check.require()  # a fresh world checks no counts
+    with pytest.raises(Unsupported) as refused:
+        _torch_check.require(reused=True)
+    message = str(refused.value)
+    assert "this world has entries that share it (rpc_world_module, rpc_world_session), which need the debug " \
+           f"counts of torch, and torch {torch.__version__} lacks it" in message
+    assert "torch.distributed.autograd._get_debug_info" in message
+
+
 def test_a_world_with_message_faults_is_refused_at_launch_when_the_faulty_agent_is_missing(monkeypatch):
     import torch.distributed.rpc._testing as faulty
 
