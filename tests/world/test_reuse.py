@@ -145,6 +145,22 @@ def test_other_shape(rpc_world_module):
     assert seeds["test_a"] != seeds["test_b"]
 
 
+def test_a_scope_keeps_two_shapes_live_and_closes_the_least_recently_used(pytester):
+    pytester.makepyfile(ENTRIES + "".join(f"""
+def test_{name}(rpc_world_module):
+    print("PIDS test_{name}", rpc_world_module.run(pid, world_size={size}).values)
+""" for name, size in (("two", 2), ("three", 3), ("two_again", 2), ("four", 4), ("two_last", 2),
+                       ("three_again", 3))))
+    result = run(pytester, "-s")
+    result.assert_outcomes(passed=6)
+    out = result.stdout.str()
+    assert pids_in(out, "test_two") == pids_in(out, "test_two_again")
+    # Four closed the least recently used (three), whose ranks are gone; two was kept.
+    assert not set(pids_in(out, "test_three")) & set(pids_in(out, "test_three_again"))
+    assert pids_in(out, "test_two_last") == pids_in(out, "test_two")
+    assert not wait_gone(pids_in(out, "test_three"))
+
+
 def test_a_clean_entry_with_rrefs_keeps_the_world(pytester):
     pytester.makepyfile(ENTRIES + """
 def test_a(rpc_world_module):
