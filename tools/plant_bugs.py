@@ -313,7 +313,7 @@ BUGS = (
         ("tests/world/test_launcher.py::test_every_listener_of_a_rank_takes_the_full_backlog_its_namespace_allows",)),
     # -- the README's other guarantees ------------------------------------------------------------
     Bug("a death the plan did not ask for is taken as planned", "rpc_harness/_supervisor.py",
-        "return any(fired.kind in ENDING_KINDS for fired in faults_fired(_read_events(self.workdir, rank)))",
+        "return any(fired.kind in ENDING_KINDS for fired in faults_fired(self.events_of(rank)))",
         "return True",
         ("tests/world/test_launcher.py::test_a_sigkilled_rank_fails_the_world_naming_rank_and_signal",)),
     Bug("the harness never ends a frozen rank", "rpc_harness/_supervisor.py",
@@ -603,7 +603,7 @@ BUGS = (
         "        self.ended = time.monotonic()\n",
         (INT + "test_a_test_timeout_inside_a_world_reports_every_ranks_stacks_and_the_replay_line",)),
     Bug("28 pytest-timeout's thread method ends pytest without the ranks' stacks", "rpc_harness/pytest_plugin.py",
-        'if settings.method != "thread" or "rpc_world" not in getattr(item, "fixturenames", ()):', "if True:",
+        'if settings.method != "thread" or not _runs_worlds(item):', "if True:",
         (INT + "test_a_thread_method_timeout_prints_every_ranks_stacks_and_the_replay_line_before_it_ends_pytest",)),
     Bug("28 a forkserver still importing outlives its parent", "rpc_harness/_preload.py",
         "            os._exit(0)  # the import under way may never return: no clean exit to wait for",
