@@ -533,9 +533,15 @@ def schedules_until_failure(seeds: int, cap: int) -> dict[str, Any]:
                 row["bound"] = pct_bound(tasks, steps, int(schedule.split(":")[1]))
             rows.append(row)
             print(f"  {label}, {strategy}: {_until(row)}"
-                  + (f", rate {row['rate']:.1%} (bound {row['bound']:.2%})" if "bound" in row else "")
+                  + (f", rate {row['rate']:.1%} (bound {_percent(row['bound'])})" if "bound" in row else "")
                   + (f"; {len(other)} other failure(s): {other[0]}" if other else ""), flush=True)
     return {"seeds": seeds, "cap": cap, "rows": rows}
+
+
+def _percent(fraction: float) -> str:
+    """Two significant figures: PCT's bounds run from tenths of a percent to
+    thousandths of one."""
+    return f"{fraction * 100:.2g}%"
 
 
 def _until(row: dict[str, Any]) -> str:
@@ -680,7 +686,7 @@ def table(figures: dict[str, Any]) -> str:
         lines.append("| race (steps, tasks) | way of running | worlds until it fails | failing worlds | PCT's bound |")
         lines.append("|---|---|---|---|---|")
         for row in until["rows"]:
-            bound = f"{row['bound']:.2%}" if "bound" in row else ""
+            bound = _percent(row["bound"]) if "bound" in row else ""
             lines.append(f"| {row['program']} ({row['steps']}, {row['tasks']}) | {row['strategy']} | {_until(row)} | "
                          f"{row['rate']:.0%} of {row['worlds']} | {bound} |")
     device = figures.get("device")

@@ -80,9 +80,11 @@ def test_worlds_until_failure_count_a_capped_seed_as_worse_than_any_and_all_its_
 def test_the_table_gives_each_race_and_way_of_running_its_median_worst_and_pcts_bound():
     row = {"program": "pipeline order", "strategy": "pct:2", "steps": 24, "tasks": 10, "median": 2, "worst": None,
            "rate": 0.4, "worlds": 45, "cap": 5, "bound": 1 / 240}
+    deep = {**row, "strategy": "pct:3", "bound": 1 / (10 * 24 * 24)}
     free = {**row, "strategy": "free", "median": None, "rate": 0.0, "worlds": 100}
     del free["bound"]
-    text = bench.table({"until_failure": {"seeds": 20, "cap": 5, "rows": [row, free]}})
+    text = bench.table({"until_failure": {"seeds": 20, "cap": 5, "rows": [row, deep, free]}})
     assert "Worlds until the race fails, from 20 seeds (at most 5 each):" in text
     assert "| pipeline order (24, 10) | pct:2 | median 2, worst > 5 | 40% of 45 | 0.42% |" in text
+    assert "| pipeline order (24, 10) | pct:3 | median 2, worst > 5 | 40% of 45 | 0.017% |" in text, "never 0.00%"
     assert "| pipeline order (24, 10) | free | median > 5, worst > 5 | 0% of 100 |  |" in text

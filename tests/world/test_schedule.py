@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import worlds
-from programs import lock_across_call, split_learning, tutorial_ps_mnist
+from programs import lock_across_call, pipeline_callbacks, split_learning, tutorial_ps_mnist
 
 import rpc_harness
 from rpc_harness import schedule as S
@@ -185,3 +185,16 @@ def test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_o
         assert world.controlled, f"seed {world.seed}: {world.schedule_note}"
     assert len({tuple(map(tuple, w.values[0])) for w in worlds}) == 1, "the program's answer never depends on it"
     assert run(worlds[0].seed).schedule_digest == worlds[0].schedule_digest
+
+
+def test_rpcs_issued_from_torchs_callback_threads_land_in_the_same_step_for_the_same_seed():
+    # A pipeline chaining stages with then(): the next stage's RPC is issued
+    # on torch's callback thread. Its step must not depend on when that
+    # thread gets to run: one seed, one schedule, rerun after rerun.
+    for seed in (1, 2):
+        worlds = [rpc_harness.spawn(pipeline_callbacks.run_worker, args=(3,), nprocs=3, seed=seed,
+                                    schedule="controlled", deadline=60) for _ in range(4)]
+        assert all(w.controlled for w in worlds), [w.schedule_note for w in worlds]
+        assert len({w.schedule_digest for w in worlds}) == 1, f"seed {seed}: the schedules differ"
+        assert len({tuple(w.values[0]["arrived"]) for w in worlds}) == 1
+        assert sorted(worlds[0].values[0]["results"]) == [1, 3, 5]

@@ -1,0 +1,36 @@
+"""A pipeline driven from callbacks, as pipeline runtimes chain stages: each
+micro-batch's first-stage future gets a ``then`` callback that issues the
+next stage's RPC from torch's callback thread (the shape of a
+``rpc_async().then(...set_next...)``), and the driver waits on the chains.
+The program never imports the harness."""
+
+import torch.distributed.rpc as rpc
+
+_seen = []
+
+
+def stage1(x):
+    return x * 2
+
+
+def stage2(x):
+    _seen.append(x)
+    return x + 1
+
+
+def seen():
+    return list(_seen)
+
+
+def run_worker(rank, world_size=3, microbatches=3):
+    names = ["driver", "stage1", "stage2"]
+    rpc.init_rpc(names[rank], rank=rank, world_size=world_size)
+    out = None
+    if rank == 0:
+        chains = [rpc.rpc_async("stage1", stage1, args=(i,)).then(
+                      lambda fut: rpc.rpc_async("stage2", stage2, args=(fut.value(),)))
+                  for i in range(microbatches)]
+        results = [chain.wait().wait() for chain in chains]
+        out = {"results": results, "arrived": rpc.rpc_sync("stage2", seen)}
+    rpc.shutdown()
+    return out
