@@ -193,7 +193,8 @@ class Scheduler:
             self.running = None
         self._leave(task)
         task.state, task.point = state, point
-        if state == READY:
+        if state == READY:  # a scheduling point, not a wait: its Go says nothing timed out
+            task.notified = True
             self.ready[task.id] = task
         return task
 
@@ -324,6 +325,8 @@ class Scheduler:
                 self.arrivals.discard(call.id)  # it ends in an error at its caller
                 if self._alive_caller(call):
                     self.answers.add(call.id)
+            if call.to == rank and call.rref is not None and self.pending_rrefs.pop(call.rref, None) is not None:
+                self._wake(("rref", call.rref))  # its value will never be made: a wait for it ends, in an error
 
     # -- choosing ---------------------------------------------------------------------------------
     def quiet(self) -> bool:
