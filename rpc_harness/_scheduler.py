@@ -30,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import _messages as msg
+from . import _schedule_strategies as strategies
 from .schedule import ScheduleSpec, Step
 from .seeds import derive_seed
 
 READY, RUNNING, BLOCKED, ENDED = "ready", "running", "blocked", "ended"
-PCT_DEFAULT_LENGTH = 200  # steps over which PCT spreads its change points when not told
 
 
 @dataclass
@@ -125,8 +125,8 @@ class Scheduler:
         self.halted = False  # the world is failing: no more steps (how many more would be the clock's choice)
         self.note = ""  # why control was given up, if it was
         self.lost_at: int | None = None  # the step from which the world ran free, if control was given up
-        self._occurrences: dict[tuple[str, str], int] = {}
-        self._strategy = _strategy(schedule, self)
+        self.occurrences: dict[tuple[str, str], int] = {}  # (task, point) -> steps that ended there
+        self._strategy = strategies.make(schedule, self)
 
     # -- what the ranks say ---------------------------------------------------------------
     def on_message(self, rank: int, message: msg.ToScheduler) -> None:
@@ -362,7 +362,7 @@ class Scheduler:
             for task in woken:
                 self._ready(task, notified=False)
             ready = sorted(woken, key=lambda t: t.id)
-        chosen = self._strategy(ready)
+        chosen = self._strategy.choose(ready, self)
         last = self.last
         self.step_preempted = last is not None and last.state == READY and chosen is not last and last in ready
         self._leave(chosen)
@@ -376,22 +376,23 @@ class Scheduler:
         self.steps.append(Step(index, task.rank, "", task.id, task.label, point, self.step_preempted,
                                self.step_started, self.clock()))
         key = (task.id, point)
-        self._occurrences[key] = self._occurrences.get(key, 0) + 1
+        self.occurrences[key] = self.occurrences.get(key, 0) + 1
         self.last = task
         if self.schedule.kind == "replay" and index < len(self.schedule.steps) and not self.problems:
             expected_task, expected_point = self.schedule.steps[index]
             if (task.id, point) != (expected_task, expected_point):
-                self._diverged(f"step {index}: expected {expected_task} to reach {expected_point}, "
+                self.diverged(f"step {index}: expected {expected_task} to reach {expected_point}, "
                                f"{task.id} ({task.label}) reached {point}")
 
-    def _diverged(self, what: str) -> None:
+    def diverged(self, what: str) -> None:
+        """A replay could not take its recorded steps: say where (once per replay)."""
         self.problems.append(f"the replayed schedule diverged: {what}")
 
     def finish(self) -> None:
         """The world is over: a replay that took fewer or more steps diverged."""
         if self.schedule.kind == "replay" and self.controlled and not self.problems:
             if len(self.steps) != len(self.schedule.steps):
-                self._diverged(f"the world took {len(self.steps)} steps; the recorded schedule has "
+                self.diverged(f"the world took {len(self.steps)} steps; the recorded schedule has "
                                f"{len(self.schedule.steps)}")
 
     # -- giving up control ----------------------------------------------------------------------------
@@ -440,96 +441,6 @@ class Scheduler:
         """The steps, with each rank's worker name filled in."""
         return [dataclasses.replace(step, worker=names[step.rank] if step.rank < len(names) else "")
                 for step in self.steps]
-
-
-# -- strategies ----------------------------------------------------------------------------------
-
-
-def _strategy(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
-    if schedule.kind == "pct":
-        return _pct(schedule, scheduler)
-    if schedule.kind == "replay":
-        return _replay(schedule, scheduler)
-    if schedule.kind == "guide":
-        return _guide(schedule, scheduler)
-    return _random_walk(scheduler)
-
-
-def _random_walk(scheduler: Scheduler) -> Callable[[list[Task]], Task]:
-    def choose(ready: list[Task]) -> Task:
-        return ready[0] if len(ready) == 1 else ready[scheduler.rng.randrange(len(ready))]
-
-    return choose
-
-
-def _pct(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
-    """PCT: a priority per task (from the seed and the task's id, so not
-    from the order tasks arrive in), the highest ready one runs; at depth-1
-    change points, drawn over the expected number of steps, the task that
-    just ran drops below every other."""
-    length = schedule.length or PCT_DEFAULT_LENGTH
-    changes = sorted(scheduler.rng.sample(range(1, max(length, schedule.depth)), schedule.depth - 1))
-    lowered: dict[str, int] = {}
-
-    def priority(task: Task) -> float:
-        if task.id in lowered:
-            return -lowered[task.id]
-        return float(derive_seed(scheduler.seed, "pct", task.id))
-
-    def choose(ready: list[Task]) -> Task:
-        step = len(scheduler.steps)
-        while changes and changes[0] <= step:
-            changes.pop(0)
-            if scheduler.last is not None:
-                lowered[scheduler.last.id] = len(lowered) + 1
-        return max(ready, key=priority)
-
-    return choose
-
-
-def _replay(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
-    def choose(ready: list[Task]) -> Task:
-        step = len(scheduler.steps)
-        if step < len(schedule.steps):
-            expected = schedule.steps[step][0]
-            for task in ready:
-                if task.id == expected:
-                    return task
-            if not scheduler.problems:
-                shown = ", ".join(f"{t.id} ({t.label}) at {t.point}" for t in ready)
-                scheduler._diverged(f"step {step}: expected {expected} to run, but it could not; "
-                                    f"ready: {shown}")
-        elif not scheduler.problems:
-            shown = ", ".join(f"{t.id} ({t.label}) at {t.point}" for t in ready)
-            scheduler._diverged(f"step {step}: the recorded schedule ended after {len(schedule.steps)} steps, "
-                                f"but the world went on: {shown} could run")
-        return _continuing(scheduler, ready)
-
-    return choose
-
-
-def _guide(schedule: ScheduleSpec, scheduler: Scheduler) -> Callable[[list[Task]], Task]:
-    """Follow the choices of a recorded schedule where the same moment comes
-    (the same task at the same point for the same time), else go on with
-    the task that ran: how shrinking drops one preemption at a time."""
-    prefer = {(prev, point, n): chosen for prev, point, n, chosen in schedule.prefs}
-
-    def choose(ready: list[Task]) -> Task:
-        last = scheduler.steps[-1] if scheduler.steps else None
-        key = (last.task, last.point, scheduler._occurrences.get((last.task, last.point), 0)) if last else ("", "", 0)
-        wanted = prefer.get(key)
-        for task in ready:
-            if task.id == wanted:
-                return task
-        return _continuing(scheduler, ready)
-
-    return choose
-
-
-def _continuing(scheduler: Scheduler, ready: list[Task]) -> Task:
-    """The task that ran last, if it can go on; else the first by id."""
-    last = scheduler.last
-    return last if last is not None and last in ready else ready[0]
 
 
 # -- the supervisor's end of the pipes ------------------------------------------------------------

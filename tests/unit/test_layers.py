@@ -63,3 +63,58 @@ def test_the_check_sees_a_relative_import_of_the_scenarios(tmp_path):
     module.write_text("from .scenarios import rl\nfrom . import apps\n")
     names = imported(module, "rpc_harness")
     assert _reaches(names, "rpc_harness.scenarios") and _reaches(names, "rpc_harness.apps")
+
+
+# The schedule core: the scheduler, its strategies, the schedule's forms and
+# messages. Testable with no process (the model test drives it), so none of
+# it may reach torch, multiprocessing or the harness's process machinery.
+SCHEDULE_CORE = ("_scheduler.py", "_schedule_strategies.py", "schedule.py", "_messages.py", "seeds.py", "errors.py")
+CORE_MAY_IMPORT = {f"rpc_harness.{name[:-3]}" for name in SCHEDULE_CORE}
+
+
+def _at_import_time(path: Path) -> set[str]:
+    """What importing ``path`` imports: its imports less those in function
+    bodies (run when called) and under ``if TYPE_CHECKING:`` (read by type
+    checkers only), relative imports resolved."""
+    package = ".".join(("rpc_harness", *path.relative_to(PACKAGE).parent.parts))
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = (package.rsplit(".", node.level - 1)[0] if node.level > 1 else package) if node.level else ""
+            module = ".".join(part for part in (base, node.module or "") if part)
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return names
+
+
+def _closure(start: str) -> set[str]:
+    """The rpc_harness modules ``start`` reaches when it is imported."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        path = PACKAGE / (name.split(".", 1)[1] + ".py")
+        if name in seen or not path.exists():
+            continue
+        seen.add(name)
+        todo.extend(n for n in _at_import_time(path) if n.startswith("rpc_harness."))
+    return seen
+
+
+@pytest.mark.parametrize("name", SCHEDULE_CORE)
+def test_the_schedule_core_imports_neither_torch_nor_processes(name):
+    names = _at_import_time(PACKAGE / name)
+    for outside in ("torch", "multiprocessing", "threading", "subprocess"):
+        assert not _reaches(names, outside), f"{name} imports {outside}"
+    reached = _closure(f"rpc_harness.{name[:-3]}")
+    assert reached <= CORE_MAY_IMPORT, f"{name} reaches {sorted(reached - CORE_MAY_IMPORT)}"
