@@ -34,7 +34,6 @@ from .options import arguments
 from .progress import Progress
 from .repro import python_call, replaying
 from .result import WorldResult
-from .schedule import parse as parse_schedule
 from .spec import WorldSpec, make_spec
 
 # Imported once in the forkserver instead of once per rank: the rank's own
@@ -318,7 +317,7 @@ def launch(
     try:
         netns, isolation = world_namespace(spec.options.isolate)
         mp = _mp_context()
-        controlled = parse_schedule(spec.options.schedule).controlled
+        controlled = spec.options.schedule_spec.controlled
         supervisor = Supervisor(spec, workdir, lambda boot: _start_rank(mp, boot, controlled), on_progress,
                                 master_port=_free_port() if spec.spawned else 0, netns=netns, isolation=isolation)
         _running.add(supervisor)

@@ -48,7 +48,6 @@ from .faults import FaultPlan
 from .options import DEFAULT_DEADLINE
 from .progress import WORLD_ENDED, WORLD_UP, Progress
 from .result import RankOutcome, WorldResult
-from .schedule import parse as parse_schedule
 from .spec import WorldSpec
 
 CHECK_BUDGET = 15.0  # seconds every rank has to answer a cleanliness check (it settles for at most _clean.SETTLE)
@@ -59,7 +58,7 @@ def refusal(spec: WorldSpec) -> str | None:
     """Why ``spec`` cannot run in a reused world (None: it can)."""
     if spec.spawned:
         return "a program that calls init_rpc and rpc.shutdown itself (spawn) needs a world of its own"
-    if parse_schedule(spec.options.schedule).controlled:
+    if spec.options.schedule_spec.controlled:
         return (f"a controlled schedule ({spec.options.schedule}) orders every step of a whole world, "
                 "from its bring-up on")
     if spec.options.fuzz:

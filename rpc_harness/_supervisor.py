@@ -33,7 +33,6 @@ from .events import faults_fired
 from .faults import ENDING_KINDS
 from .progress import WORLD_ENDED, WORLD_UP, Progress
 from .result import RankOutcome, WorldResult
-from .schedule import parse as parse_schedule
 from .spec import WorldSpec
 
 _STACK_WAIT = 2.0  # seconds to wait for every rank's stack dump
@@ -73,7 +72,7 @@ class Supervisor:
         self.exit_sent = False
         self.stacks_read: dict[int, int] = {}  # bytes of a rank's stack file read for an earlier report
         self.signalled: set[int] = set()  # ranks the harness itself sent SIGKILL
-        schedule = parse_schedule(spec.options.schedule)
+        schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
         self.problems: list[str] = []

@@ -211,8 +211,7 @@ def explore(
 
     if "schedule" in options:
         raise WorldSpecError("explore(): give the schedules to try as strategy=, not schedule=")
-    S.parse(strategy, where="explore(): strategy")
-    if S.parse(strategy).kind in ("free", "replay", "guide"):
+    if S.parse(strategy, where="explore(): strategy").kind in ("free", "replay", "guide"):
         raise WorldSpecError(f"explore(): strategy {strategy!r} explores nothing; use controlled, random or pct:D")
 
     def run(world_seed: int, schedule: str) -> Attempt:

@@ -25,12 +25,15 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .entry import EntryRef
 from .errors import WorldSpecError, clip
 from .faults import FaultPlan
 from .seeds import MAX_SEED, fresh_seed
+
+if TYPE_CHECKING:
+    from .schedule import ScheduleSpec
 
 DEFAULT_DEADLINE = 60.0  # seconds the entries may run, counted from when every rank has joined
 # rpc-harness run and the torchrun runner: whole training runs, minutes long.
@@ -151,9 +154,12 @@ def check_devices(value: Any, where: str) -> tuple[str, ...]:
 
 
 def check_schedule(value: Any, where: str) -> str:
-    from .schedule import check
+    from .schedule import parse
 
-    return check(value, where)
+    parsed = parse(value, where=where)  # refused here, naming where, before anything else reads it
+    text = value.strip()
+    _remember(text, parsed)
+    return text
 
 
 # What a test may say it expects of a world beyond the defaults (``expect=``).
@@ -242,6 +248,25 @@ class Option:
             return self.check(text, where)  # refused again, naming what was typed
 
 
+# Each schedule text's parsed value, made once (by its check) and read by
+# every part of the world: the launcher, the supervisor, live worlds.
+_SCHEDULES: dict[str, ScheduleSpec] = {}
+
+
+def _remember(text: str, parsed: ScheduleSpec) -> None:
+    if len(_SCHEDULES) >= 256:  # an exploration's replays and guides are many, each used by one world
+        _SCHEDULES.clear()
+    _SCHEDULES[text] = parsed
+
+
+def _parsed_schedule(text: str) -> ScheduleSpec:
+    if text not in _SCHEDULES:  # options made without their checks, or forgotten
+        from .schedule import parse
+
+        _remember(text, parse(text))
+    return _SCHEDULES[text]
+
+
 def option(default: Any, **declaration: Any) -> Any:
     return field(default=default, metadata={"option": Option(**declaration)})
 
@@ -303,6 +328,12 @@ class WorldOptions:
         None, check=check_expect, parse=str, marker=True, token="ex",
         help="what the world may do that would otherwise fail it: 'unfinished' (a planned kill may end a spawned "
              "program, so that no surviving rank runs its own part of it past the kill)")
+
+    @property
+    def schedule_spec(self) -> ScheduleSpec:
+        """The ``schedule`` option as the one typed value every part of the
+        world reads (checked already, so it parses; parsed once per text)."""
+        return _parsed_schedule(self.schedule)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], *, where: str) -> WorldOptions:

@@ -803,6 +803,10 @@ BUGS = (
     Bug("a guide ignores its recorded choices", "rpc_harness/_schedule_strategies.py",
         "wanted = self.prefer.get(key)", "wanted = None",
         ("tests/unit/test_schedule_strategies.py::test_a_guide_follows_its_choices_where_the_same_moment_comes_and_else_goes_on",)),
+    Bug("the schedule option's check forgets what it parsed", "rpc_harness/options.py",
+        "    _remember(text, parsed)\n    return text", "    return text",
+        ("tests/unit/test_options.py::"
+         "test_the_schedule_option_is_parsed_once_into_the_value_every_part_of_the_world_reads",)),
     Bug("the driver is read as initialized on any answer", "rpc_harness/_cuda_fork.py",
         "cuDeviceGetCount(ctypes.byref(count)) == _CUDA_SUCCESS)", "cuDeviceGetCount(ctypes.byref(count)) is not None)",
         (CF + "test_the_driver_is_asked_whether_it_was_initialized_without_initializing_it",)),

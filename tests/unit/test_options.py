@@ -316,3 +316,19 @@ def test_an_option_too_long_to_show_is_cut_and_named(values, message):
         O.WorldOptions.from_values(values, where="marker rpc_world")
     text = str(caught.value)
     assert text.startswith("marker rpc_world: ") and message in text and len(text) < 300, text[:400]
+
+
+def test_the_schedule_option_is_parsed_once_into_the_value_every_part_of_the_world_reads(monkeypatch):
+    from rpc_harness import schedule
+
+    calls = []
+    real = schedule.parse
+    monkeypatch.setattr(schedule, "parse", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(O, "_SCHEDULES", {})
+    options = O.WorldOptions.from_values({"schedule": " pct:2:40 "}, where="test")
+    spec = options.schedule_spec
+    assert spec == real("pct:2:40") and options.schedule_spec is spec
+    assert options.schedule == "pct:2:40"
+    assert calls == [" pct:2:40 "], "parsed by its check, and never again"
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"^test: invalid schedule"):
+        O.WorldOptions.from_values({"schedule": "sometimes"}, where="test")
