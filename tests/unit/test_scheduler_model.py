@@ -2,16 +2,17 @@
 item 2), without processes or threads: a Hypothesis state machine plays the
 ranks of a world, truthfully, by the gate's protocol. Tasks begin, reach
 scheduling points, issue calls (to Python handlers, to torch's C++, making
-RRefs), block on calls, RRefs and sleeps, end, get their answers, and ranks
-die. After every rule, what the scheduler did is checked against a simple
-model of its guarantees (docs/guides/schedules.md, "What the scheduler
-guarantees"):
+RRefs), block on calls, RRefs and sleeps, end, and get their answers; the
+program's callbacks on answers return; ranks die or freeze. After every
+rule, what the scheduler did is checked against a simple model of its
+guarantees (docs/guides/schedules.md, "What the scheduler guarantees"):
 
 1. A choice is made only when the world is quiet: no step running, every
    entry begun, every call to a live rank arrived at its handler, every
    answer due heard. Then exactly one task is let go.
 2. The task chosen could run: it is ready, or blocked on something
-   resolved: a call answered, an RRef whose constructor's handler ended.
+   resolved: a call answered (and the program's callbacks on the answer
+   returned), an RRef whose constructor's handler ended or whose owner died.
    No task of a dead rank is ever chosen.
 3. Schedule time: a sleep ends only when no task can run, the earliest
    first; the clock never goes back, and the woken task is told it was not
@@ -40,6 +41,7 @@ class Call:
     def __init__(self, caller: str, caller_rank: int, to: int, python: bool, rref: str | None) -> None:
         self.caller, self.caller_rank, self.to, self.python, self.rref = caller, caller_rank, to, python, rref
         self.begun = self.ended = self.completed = False
+        self.callbacks = 0  # the program's callbacks on its answer still running
 
 
 class ScheduledWorld(RuleBasedStateMachine):
@@ -106,13 +108,13 @@ class ScheduledWorld(RuleBasedStateMachine):
         for call in self.calls.values():
             if call.python and not call.begun and call.to not in self.gone and call.caller_rank not in self.gone:
                 return False  # on its way to its handler
-            if self._due(call):
+            if self._due(call) or call.callbacks:
                 return False
         return True
 
     def _resolved(self, on: tuple) -> bool:
-        if on[0] == "call":
-            return self.calls[on[1]].completed
+        if on[0] == "call":  # answered, and the program's callbacks on the answer returned
+            return self.calls[on[1]].completed and not self.calls[on[1]].callbacks
         if on[0] == "rref":  # made, or never to be: its owner died (a wait for it ends in an error)
             call = self.calls[self.rrefs[on[1]]]
             return call.ended or call.to in self.gone
@@ -246,24 +248,32 @@ class ScheduledWorld(RuleBasedStateMachine):
         self._tell(rank, msg.End(task))
 
     @precondition(lambda self: hasattr(self, "calls") and any(self._due(call) for call in self.calls.values()))
-    @rule(data=st.data())
-    def an_answer_is_heard(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), callbacks=st.sampled_from([0, 0, 1, 2]))
+    def an_answer_is_heard(self, data: st.DataObject, callbacks: int) -> None:
         due = sorted(c for c, call in self.calls.items() if self._due(call))
         call_id = data.draw(st.sampled_from(due))
         call = self.calls[call_id]
-        call.completed = True
-        goes = [m for m in self._tell(call.caller_rank, msg.Completed(call_id)) if isinstance(m, msg.Go)]
+        call.completed, call.callbacks = True, callbacks
+        goes = [m for m in self._tell(call.caller_rank, msg.Completed(call_id, callbacks)) if isinstance(m, msg.Go)]
         if self.awaiting == call_id:
             assert [g.task for g in goes] == [call.caller], "the caller held for this answer goes on"
             self.awaiting = None
         else:
             assert not goes
 
+    @precondition(lambda self: hasattr(self, "calls") and any(call.callbacks for call in self.calls.values()))
+    @rule(data=st.data())
+    def a_callback_on_an_answer_returns(self, data: st.DataObject) -> None:
+        call_id = data.draw(st.sampled_from(sorted(c for c, call in self.calls.items() if call.callbacks)))
+        self.calls[call_id].callbacks -= 1
+        assert not [m for m in self._tell(self.calls[call_id].caller_rank, msg.Followed(call_id))
+                    if isinstance(m, msg.Go)]
+
     @precondition(lambda self: hasattr(self, "gone") and not self.gone and len(self.stops) > 3)
-    @rule(rank=st.integers(0, RANKS - 1))
-    def a_rank_dies(self, rank: int) -> None:
+    @rule(rank=st.integers(0, RANKS - 1), frozen=st.booleans())
+    def a_rank_dies_or_freezes(self, rank: int, frozen: bool) -> None:
         if self.running is not None and self.rank_of[self.running] == rank:
-            self.stops.append((self.running, "died"))
+            self.stops.append((self.running, "frozen" if frozen else "died"))
             self.stopped_by.append(len(self.inputs) + 1)
             self.running, self.awaiting = None, None
         self.gone.add(rank)
@@ -271,8 +281,11 @@ class ScheduledWorld(RuleBasedStateMachine):
             if r == rank:
                 self.state[task] = "ended"
                 self.wakes.pop(task, None)
-        self.inputs.append(("gone", rank))
-        self.scheduler.rank_gone(rank)
+        for call in self.calls.values():  # nobody is left to run the callbacks of a dead caller's calls
+            if call.caller_rank == rank:
+                call.callbacks = 0
+        self.inputs.append(("gone", rank, frozen))
+        self.scheduler.rank_gone(rank, frozen=frozen)
 
     # -- what is checked after every rule -------------------------------------------------------
     @invariant()
@@ -314,7 +327,7 @@ class ScheduledWorld(RuleBasedStateMachine):
             elif entry[0] == "decide":
                 scheduler.decide()
             else:
-                scheduler.rank_gone(entry[1])
+                scheduler.rank_gone(entry[1], frozen=entry[2])
         return scheduler
 
 
