@@ -31,6 +31,7 @@ import gc
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 # Each rule, as a report names it, and what it asks of an entry.
@@ -117,12 +118,17 @@ def held_rrefs(limit: int = 5) -> list[str]:
     is held (a module's global, or what holds it)."""
     from torch._C._distributed_rpc import PyRRef
 
-    places = _global_places()
     found: dict[int, tuple[Any, str]] = {}
-    for holder in gc.get_objects():
-        for ref in gc.get_referents(holder):
-            if isinstance(ref, PyRRef) and id(ref) not in found:
-                found[id(ref)] = (ref, _place(holder, ref, places))
+    # Looking at every object touches deprecated ones too (torch.distributed's
+    # reduce_op warns on its __class__): their warnings would go to the
+    # rank's output, in every report of the world.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        places = _global_places()
+        for holder in gc.get_objects():
+            for ref in gc.get_referents(holder):
+                if isinstance(ref, PyRRef) and id(ref) not in found:
+                    found[id(ref)] = (ref, _place(holder, ref, places))
     lines = []
     for ref, place in list(found.values())[:limit]:
         kind = "owns" if ref.is_owner() else f"holds (owner {ref.owner_name()})"

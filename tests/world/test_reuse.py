@@ -210,6 +210,10 @@ def test_after(rpc_world_module):
     for pattern in patterns:
         assert re.search(pattern, failure), f"{pattern!r} not in:\n{failure}"
     assert "ran in a reused world, entry 2 of it" in failure
+    # The check looks at every object of a rank (deprecated ones too): none
+    # of its warnings reach the ranks' output (seen: torch's reduce_op, by
+    # every rank, in a user's report).
+    assert "Warning" not in failure, failure
     # Replayed alone, in a fresh world; or after the entries before it.
     assert re.search(r"Replay: pytest \S+::test_dirty --rpc-seed=\d+", failure)
     assert re.search(r"or, after the entry its world ran before it: pytest \S+::test_before \S+::test_dirty",
