@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Mutation testing, one module at a time, with that module's fast unit tests.
+
+    .venv/bin/pip install -c constraints.txt -e '.[test,mutation]'
+    .venv/bin/python tools/mutation.py                      # every module below, in order
+    .venv/bin/python tools/mutation.py rpc_harness/faults.py
+    .venv/bin/python tools/mutation.py --list
+
+The tool is mutmut 3 (configured in pyproject's ``[tool.mutmut]``). Each
+module runs in a scratch copy of the repository under
+``build/mutation/<module>/`` (``build/`` is ignored by git), whose
+pyproject names that one module (``only_mutate``) and its tests
+(``pytest_add_cli_args_test_selection``); the repository itself is never
+written to. mutmut's ``mutants/`` folder stays there, for ``mutmut show
+NAME`` and ``mutmut browse`` run from that folder.
+
+Two passes. mutmut's own is fast: it forks each mutant from a process that
+has already imported everything and runs only the tests that called the
+mutated function. But a function that runs at import time (a check
+factory, a field declaration, a registry) has already run unmutated by
+then, so its mutants look like survivors. So the functions that run while
+the tests are collected are found (mutmut's trampolines record them), and
+each of their mutants that the first pass did not kill is checked again in
+a fresh interpreter (``MUTANT_UNDER_TEST`` set before anything is imported)
+against all the module's tests, with a time limit; ``--fresh-all`` checks
+every survivor so. The table counts a mutant killed when either pass
+killed it.
+
+It prints a table (module, mutants, killed, survived, timeout, score) and
+writes it with every survivor's diff to ``build/mutation/report.md``.
+Far too slow for ``.ci/run``; one worker, at low priority, so that it can
+share a machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = ROOT / "build" / "mutation"
+
+# Each module, in the order they are run, with the fast unit tests that cover
+# it (seconds, no world). Mutation multiplies their time: keep them fast.
+MODULES: dict[str, list[str]] = {
+    "rpc_harness/options.py": [
+        "tests/unit/test_options.py",
+        "tests/unit/test_guards.py",
+        "tests/unit/test_devices.py",
+        "tests/unit/test_parsers.py",
+        "tests/unit/test_cli.py",
+    ],
+    "rpc_harness/faults.py": [
+        "tests/unit/test_faults.py",
+        "tests/unit/test_parsers.py",
+        "tests/unit/test_timeline.py",
+    ],
+    "rpc_harness/repro.py": [
+        "tests/unit/test_replay.py",
+        "tests/unit/test_parsers.py",
+        "tests/unit/test_options.py",
+        "tests/unit/test_guards.py",
+        "tests/unit/test_control_lost.py",
+        "tests/unit/test_cli.py",
+    ],
+    "rpc_harness/_asserts.py": ["tests/unit/test_asserts.py"],
+    "rpc_harness/_torch_check.py": ["tests/unit/test_torch_check.py"],
+    "rpc_harness/schedule.py": ["tests/unit/test_schedule.py", "tests/unit/test_timeline.py"],
+    "rpc_harness/_scheduler.py": ["tests/unit/test_schedule.py"],
+    "rpc_harness/scenarios/parameter_server/judge.py": [
+        "tests/unit/test_scenario_ps.py",
+        "tests/unit/test_guards.py",
+        "tests/unit/test_contracts.py",
+    ],
+    "rpc_harness/scenarios/rl/judge.py": [
+        "tests/unit/test_scenario_rl.py",
+        "tests/unit/test_guards.py",
+        "tests/unit/test_contracts.py",
+    ],
+    "rpc_harness/scenarios/rnn/judge.py": [
+        "tests/unit/test_scenario_rnn.py",
+        "tests/unit/test_guards.py",
+        "tests/unit/test_contracts.py",
+    ],
+}
+
+# mutmut's exit codes, as its own `results` command names them.
+KILLED = {1, 3, 37}
+TIMEOUT = {-24, 24, 152, 255, 36}
+
+
+@dataclass
+class Score:
+    module: str
+    mutants: int = 0
+    killed_fast: int = 0
+    killed_fresh: int = 0
+    timeout: int = 0
+    survivors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def killed(self) -> int:
+        return self.killed_fast + self.killed_fresh
+
+    @property
+    def score(self) -> float:
+        return 100.0 * (self.killed + self.timeout) / self.mutants if self.mutants else 100.0
+
+
+def slug(module: str) -> str:
+    return module.removesuffix(".py").replace("/", ".")
+
+
+def scratch_copy(module: str, tests: list[str]) -> Path:
+    """A copy of the repository's package, tests and pyproject, configured for one module."""
+    where = SCRATCH / slug(module)
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("rpc_harness", "tests"):
+        shutil.copytree(ROOT / folder, where / folder, ignore=ignore)
+    text = (ROOT / "pyproject.toml").read_text()
+    header = "[tool.mutmut]\n"
+    if header not in text:
+        sys.exit("pyproject.toml has no [tool.mutmut] table")
+    per_module = (
+        f"only_mutate = {json.dumps([module])}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+    )
+    (where / "pyproject.toml").write_text(text.replace(header, header + per_module, 1))
+    return where
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    # One core's worth of threads: the machine is shared, and torch's thread
+    # pools do not survive the fork of each mutant well.
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("MUTANT_UNDER_TEST", None)
+    return env
+
+
+def mutmut(where: Path, *args: str, log: Path | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "mutmut", *args]
+    if log is None:
+        return subprocess.run(command, cwd=where, env=environment(), capture_output=True, text=True)
+    with log.open("w") as out:
+        return subprocess.run(
+            command, cwd=where, env=environment(), stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+
+
+def fresh_check(where: Path, mutant: str, tests: list[str], limit: float) -> str:
+    """Run one mutant's module tests in a new interpreter: 'killed', 'survived' or 'timeout'."""
+    env = environment()
+    env["MUTANT_UNDER_TEST"] = mutant
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "--rootdir=.",
+        *tests,
+    ]
+    try:
+        done = subprocess.run(
+            command, cwd=where / "mutants", env=env, capture_output=True, timeout=limit
+        )
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    return "survived" if done.returncode == 0 else "killed"
+
+
+IMPORT_TIME = """
+import json, os, sys
+os.environ["MUTANT_UNDER_TEST"] = "stats"
+import pytest
+from mutmut.state import state
+pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir=.", *sys.argv[2:]])
+with open(sys.argv[1], "w") as out:
+    json.dump(sorted(state()._stats), out)
+"""
+
+
+def import_time_functions(where: Path, tests: list[str]) -> set[str]:
+    """The mutated functions that run while the tests are imported and collected."""
+    out = where / "import-time.json"
+    command = [sys.executable, "-c", IMPORT_TIME, str(out), *tests]
+    subprocess.run(
+        command, cwd=where / "mutants", env=environment(), capture_output=True, check=True
+    )
+    return set(json.loads(out.read_text()))
+
+
+def run_module(
+    module: str, tests: list[str], *, fresh_limit: float, fresh_all: bool
+) -> tuple[Score, str]:
+    started = time.monotonic()
+    where = scratch_copy(module, tests)
+    log = where / "mutmut.log"
+    done = mutmut(where, "run", "--max-children", "1", log=log)
+    if done.returncode != 0:
+        sys.exit(f"mutmut failed on {module} (exit {done.returncode}); see {log}")
+    meta = json.loads((where / "mutants" / (module + ".meta")).read_text())
+    codes: dict[str, int | None] = meta["exit_code_by_key"]
+    score = Score(module, mutants=len(codes))
+    # The clean tests' time, measured once, bounds each fresh check.
+    clean = time.monotonic()
+    if fresh_check(where, "", tests, limit=600) != "survived":
+        sys.exit(f"the tests of {module} fail without any mutant: {' '.join(tests)}")
+    limit = max(fresh_limit, 5 * (time.monotonic() - clean))
+    at_import = import_time_functions(where, tests)
+    diffs = []
+    for name, code in sorted(codes.items()):
+        if code in KILLED:
+            score.killed_fast += 1
+            continue
+        if code in TIMEOUT:
+            score.timeout += 1
+            continue
+        function = name.rpartition("__mutmut_")[0]
+        verdict = "survived"
+        if fresh_all or function in at_import:
+            verdict = fresh_check(where, name, tests, limit)
+        if verdict == "killed":
+            score.killed_fresh += 1
+        elif verdict == "timeout":
+            score.timeout += 1
+        else:
+            score.survivors.append(name)
+            diffs.append(mutmut(where, "show", name).stdout.strip())
+    score.seconds = time.monotonic() - started
+    return score, "\n\n".join(diffs)
+
+
+def table(scores: list[Score]) -> str:
+    version = metadata.version("mutmut")
+    today = datetime.date.today().isoformat()
+    lines = [
+        "| module | mutants | killed | survived | timeout | score | date | tool |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for s in scores:
+        lines.append(
+            f"| `{s.module}` | {s.mutants} | {s.killed} | {len(s.survivors)} | {s.timeout} | "
+            f"{s.score:.1f} % | {today} | mutmut {version} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "modules", nargs="*", help="modules to mutate (paths); default: all, in order"
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="print the modules and their tests, and stop"
+    )
+    parser.add_argument(
+        "--fresh-limit",
+        type=float,
+        default=60.0,
+        help="seconds a fresh-interpreter check may take at least (default 60)",
+    )
+    parser.add_argument(
+        "--fresh-all",
+        action="store_true",
+        help="check every survivor again in a fresh interpreter, not only those of import-time code",
+    )
+    parser.add_argument(
+        "--report", type=Path, default=SCRATCH / "report.md", help="where the report goes"
+    )
+    args = parser.parse_args(argv)
+    if args.list:
+        for module, tests in MODULES.items():
+            print(module, *tests, sep="\n    ")
+        return 0
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(
+            f"no test selection for {', '.join(unknown)}; add it to MODULES in {Path(__file__).name}"
+        )
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    scores, sections = [], []
+    for module in args.modules or list(MODULES):
+        print(f"{module}: mutating with {' '.join(MODULES[module])}", flush=True)
+        score, diffs = run_module(
+            module, MODULES[module], fresh_limit=args.fresh_limit, fresh_all=args.fresh_all
+        )
+        scores.append(score)
+        print(
+            f"    {score.mutants} mutants, {score.killed_fast} killed by mutmut, {score.killed_fresh} more "
+            f"in a fresh interpreter, {score.timeout} timeout, {len(score.survivors)} survived "
+            f"({score.score:.1f} %, {score.seconds:.0f} s)",
+            flush=True,
+        )
+        for name in score.survivors:
+            print(f"    survived: {name}")
+        sections.append(
+            f"## {module}\n\n```diff\n{diffs}\n```\n"
+            if diffs
+            else f"## {module}\n\nNo survivors.\n"
+        )
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(
+            "# Mutation scores\n\n" + table(scores) + "\n\n" + "\n".join(sections)
+        )
+    print()
+    print(table(scores))
+    print(f"\nsurvivors' diffs: {args.report}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
