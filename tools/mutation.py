@@ -53,6 +53,7 @@ SCRATCH = ROOT / "build" / "mutation"
 # it (seconds, no world). Mutation multiplies their time: keep them fast.
 MODULES: dict[str, list[str]] = {
     "rpc_harness/options.py": [
+        "tests/unit/test_option_checks.py",
         "tests/unit/test_options.py",
         "tests/unit/test_guards.py",
         "tests/unit/test_devices.py",
