@@ -61,6 +61,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_cli.py",
     ],
     "rpc_harness/faults.py": [
+        "tests/unit/test_fault_checks.py",
         "tests/unit/test_faults.py",
         "tests/unit/test_parsers.py",
         "tests/unit/test_timeline.py",
