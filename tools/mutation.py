@@ -67,6 +67,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_timeline.py",
     ],
     "rpc_harness/repro.py": [
+        "tests/unit/test_repro_lines.py",
         "tests/unit/test_replay.py",
         "tests/unit/test_parsers.py",
         "tests/unit/test_options.py",

@@ -1,0 +1,331 @@
+"""The replay lines of a world, built from its spec without running it: the
+Python call, the token, the pytest line, a scenario's call. (Until mutation
+testing, tools/mutation.py, only world tests printed them: a unit run left
+most of repro.py's lines unchecked.)"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rpc_harness import repro as R
+from rpc_harness.errors import ReplayError
+from rpc_harness.faults import FaultPlan
+from rpc_harness.spec import make_spec
+
+ENTRY = f"{__name__}:anything"
+
+
+def anything(ctx, *args, **kwargs):
+    return None
+
+
+def spec(world_size=2, **kwargs):
+    return make_spec(ENTRY, world_size, seed=5, **kwargs)
+
+
+FULL = dict(
+    names=["a", "b"],
+    args=(1, "x"),
+    kwargs={"k": [1, 2]},
+    faults="kill:b@x.y",
+    fuzz=0.1,
+    env={"A": "1"},
+)
+
+
+def test_the_python_call_of_a_run_world_names_everything_it_was_given_in_order():
+    assert (
+        R.python_call(spec())
+        == f"rpc_harness.run_world({ENTRY!r}, names=['worker0', 'worker1'], seed=5)"
+    )
+    assert R.python_call(spec(**FULL)) == (
+        f"rpc_harness.run_world({ENTRY!r}, names=['a', 'b'], args=(1, 'x'), kwargs={{'k': [1, 2]}}, "
+        "seed=5, faults='kill:b@x.y#1', fuzz=0.1, env={'A': '1'})"
+    )
+
+
+def test_the_python_call_preloads_the_modules_the_run_had_imported_first():
+    assert R.python_call(spec(**FULL), modules=[("m1", "/f"), ("m2", "/g")]).startswith(
+        f"rpc_harness.preload('m1', 'm2'); rpc_harness.run_world({ENTRY!r}, names=['a', 'b'],"
+    )
+
+
+def test_the_python_call_of_a_spawned_program_has_its_args_nprocs_and_any_names_given():
+    assert R.python_call(spec(3, spawned=True, args=(4,))) == (
+        f"rpc_harness.spawn({ENTRY!r}, args=(4,), nprocs=3, seed=5)"
+    )
+    assert R.python_call(spec(spawned=True, args=(4,), names=["a", "b"])) == (
+        f"rpc_harness.spawn({ENTRY!r}, args=(4,), nprocs=2, names=['a', 'b'], seed=5)"
+    )
+
+
+def test_no_python_call_is_printed_for_an_argument_without_a_literal_form_and_the_sentence_names_it():
+    line = R.python_call(spec(args=(object(),)), modules=[("m1", "/f")])
+    assert line == (
+        "(no Python line can replay this world: args[0] is a builtins.object, which has no literal form; "
+        f"call rpc_harness.run_world({ENTRY!r}, ...) again with the same arguments and "
+        "names=['worker0', 'worker1'], seed=5)"
+    )
+    nested = R.python_call(spec(args=([1, {"z": {1, 2}}],), kwargs={"q": (1, math.nan)}))
+    assert nested.startswith(
+        "(no Python line can replay this world: kwargs['q'][1] is a builtins.float, which has no literal "
+        f"form; call rpc_harness.run_world({ENTRY!r}, ...) again with the same arguments and "
+        "names=['worker0', 'worker1'], args=([1, {'z': {1, 2}}],), seed=5)"
+    )
+
+
+def test_a_worlds_token_carries_its_shape_arguments_folder_modules_and_options():
+    repro = R.world_token(spec(**FULL), path="/p", modules=[("m1", "/f")])
+    assert repro == R.Repro(
+        world_size=2,
+        seed=5,
+        entry=ENTRY,
+        names=("a", "b"),
+        path="/p",
+        args=(1, "x"),
+        kwargs={"k": [1, 2]},
+        modules=(("m1", "/f"),),
+        options={"faults": "kill:b@x.y", "fuzz": 0.1, "env": {"A": "1"}},
+    )
+    assert R.decode(repro.token()) == repro
+
+
+def test_a_spawned_worlds_token_keeps_names_only_when_they_were_given():
+    assert R.world_token(spec(3, spawned=True, args=(4,))).names == ()
+    named = R.world_token(spec(spawned=True, args=(4,), names=["a", "b"]))
+    assert named.names == ("a", "b") and named.spawned
+
+
+def test_a_world_whose_arguments_are_not_plain_data_has_no_token():
+    assert R.world_token(spec(args=(object(),))) is None
+    assert R.world_token(spec(kwargs={"q": (1, 2)})) is not None  # a tuple comes back a list: alike
+    assert R.world_token(spec(kwargs={"q": {1, 2}})) is None
+
+
+def test_the_pytest_line_quotes_the_node_and_carries_the_flags_given():
+    assert R.pytest_line("tests/a b.py::t[1]", 9) == "pytest 'tests/a b.py::t[1]' --rpc-seed=9"
+    assert R.pytest_line(
+        "t.py::t", 9, [("--rpc-schedule", "pct:2"), ("--rpc-schedule-strict", None)]
+    ) == ("pytest t.py::t --rpc-seed=9 --rpc-schedule=pct:2 --rpc-schedule-strict")
+
+
+def test_a_scenario_call_has_its_config_first_then_size_seed_and_options():
+    repro = R.Repro(
+        world_size=3,
+        seed=4,
+        scenario="ps",
+        config={"batches": 2},
+        options={"faults": "kill:trainer1@x.y", "fuzz": 0.0},
+    )
+    assert R.scenario_call(repro) == (
+        "rpc_harness.run_scenario('ps', {'batches': 2}, world_size=3, seed=4, faults='kill:trainer1@x.y#1')"
+    )
+    assert R.scenario_call(R.Repro(world_size=3, seed=4, scenario="ps")) == (
+        "rpc_harness.run_scenario('ps', world_size=3, seed=4)"
+    )
+
+
+def test_a_repro_gives_its_options_with_the_defaults_of_those_it_leaves_out():
+    repro = R.Repro(
+        world_size=3, seed=4, scenario="ps", options={"faults": "kill:a@x.y", "fuzz": 0.5}
+    )
+    assert repro.world_options() == {
+        "seed": 4,
+        "faults": FaultPlan.parse("kill:a@x.y"),
+        "fuzz": 0.5,
+    }
+    assert (repro.faults, repro.fuzz, repro.schedule) == ("kill:a@x.y#1", 0.5, "free")
+    bare = R.Repro(world_size=3, seed=4, scenario="ps")
+    assert (bare.plan, bare.faults, bare.fuzz, bare.schedule) == (FaultPlan(), "", 0.0, "free")
+    assert bare.world_options() == {"seed": 4}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"seed": 3}, "a repro cannot carry the world option 'seed'"),
+        ({"isolate": True}, "a repro cannot carry the world option 'isolate'"),
+        ({"nope": 1}, "a repro cannot carry the world option 'nope'"),
+    ],
+)
+def test_a_repro_refuses_options_a_token_cannot_carry(options, message):
+    with pytest.raises(ReplayError, match=f"^{message}$"):
+        R.Repro(world_size=2, seed=1, entry=ENTRY, options=options)
+
+
+def test_a_repro_names_exactly_one_of_a_scenario_or_an_entry():
+    for kwargs in ({}, {"scenario": "ps", "entry": ENTRY}):
+        with pytest.raises(ReplayError, match="exactly one of a scenario or an entry"):
+            R.Repro(world_size=2, seed=1, **kwargs)
+
+
+def test_replaying_swaps_only_the_schedule_for_the_recorded_steps():
+    original = spec(**FULL)
+    again = R.replaying(original, [("a", "x"), ("b", "y")])
+    assert again.options.schedule.startswith("replay:")
+    assert (
+        again.options.schedule == R.replaying(original, [("a", "x"), ("b", "y")]).options.schedule
+    )
+    assert (
+        again.options.schedule != R.replaying(original, [("b", "y"), ("a", "x")]).options.schedule
+    )
+    assert again.options.faults == original.options.faults and again.names == original.names
+
+
+@pytest.mark.parametrize(
+    ("value", "literal", "plain"),
+    [
+        (1, True, True),
+        (1.5, True, True),
+        ("x", True, True),
+        (None, True, True),
+        (True, True, True),
+        ([1, "a"], True, True),
+        ((1, "a"), True, True),  # a token gives a list back; arguments treat them alike
+        ({"a": [1, {"b": 2}]}, True, True),
+        ({1: "a"}, True, False),  # JSON keys are text
+        ({1, 2}, True, False),
+        (math.nan, False, False),
+        (math.inf, False, False),
+        (b"x", True, False),
+        (object(), False, False),
+        ([1, object()], False, False),
+        ({"a": object()}, False, False),
+        ((1, (2, 3)), True, True),
+    ],
+)
+def test_literal_and_plain_values_are_told_apart(value, literal, plain):
+    assert R.is_literal(value) is literal
+    assert R.plain_data(value) is plain
+
+
+@pytest.mark.parametrize(
+    ("decoded", "original", "lists_for_tuples", "same"),
+    [
+        ([1, 2], (1, 2), False, False),
+        ([1, 2], (1, 2), True, True),
+        ((1, 2), (1, 2), False, True),
+        ((1,), (1, 2), False, False),
+        ((1, 3), (1, 2), False, False),
+        ([[1]], ((1,),), True, True),
+        ([[1]], ((1,),), False, False),
+        ({"a": 1}, {"a": 1}, False, True),
+        ({"a": 1}, {"b": 1}, False, False),
+        ({"a": 1}, {"a": 2}, False, False),
+        ({"a": [1]}, {"a": (1,)}, True, True),
+        ({"a": [1]}, {"a": (1,)}, False, False),
+        ([1], {"a": 1}, False, False),
+        ({"a": 1}, [1], False, False),
+        (1, 1.0, False, False),
+        (1, True, False, False),
+        (1, 1, False, True),
+    ],
+)
+def test_sameness_is_by_type_and_value_all_the_way_down(decoded, original, lists_for_tuples, same):
+    assert R._same(decoded, original, lists_for_tuples=lists_for_tuples) is same
+
+
+# Tokens printed by this version: a token must read the same in every later
+# run, so its exact form is fixed (sorted compact JSON, zlib at level 9,
+# URL-safe base64 without padding).
+GOLDEN = [
+    (
+        R.Repro(
+            world_size=2,
+            seed=3,
+            entry="m:f",
+            names=("a", "b"),
+            path="/p",
+            args=(1,),
+            kwargs={"k": 2},
+            modules=(("m", "/f"),),
+            options={"fuzz": 0.5},
+            spawned=True,
+        ),
+        "rpch1_eNoVjDsKgDAQRO_y6sUvNnuVYBExNhIJpBAM3t2xGebfiHgYVyPhZD8wTrFa4n2JZ6VBaPQHq2oXPgljTlWR1saG_KJRX6RqSjs-Gzfe_q_pNR586Jb3AzVHHH0",
+    ),
+    (
+        R.Repro(world_size=1, seed=0, scenario="ps"),
+        "rpch1_eNqrVspTsjLUUSpWslIqKFYCMlJTU5SsDGoBVZEG1Q",
+    ),
+    (
+        R.Repro(world_size=1, seed=1, scenario="ps"),
+        "rpch1_eNqrVspTsjLUUSpWslIqKFYCMlJTU4AitQBVkwbW",
+    ),
+]
+
+
+@pytest.mark.parametrize(("repro", "token"), GOLDEN)
+def test_a_token_has_one_exact_form_and_reads_back(repro, token):
+    assert repro.token() == token
+    assert repro.command() == f"rpc-harness replay {token}"
+    assert R.decode(token) == repro
+
+
+def craft(data):
+    """A token of any fields, made as tokens are."""
+    import base64
+    import json
+    import zlib
+
+    raw = json.dumps(data).encode()
+    return "rpch1_" + base64.urlsafe_b64encode(zlib.compress(raw)).decode().rstrip("=")
+
+
+VALID = {"n": 2, "seed": 1, "e": "m:f"}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1], "corrupt repro token: its fields are a list, not a mapping"),
+        ({"n": 2, "e": "m:f"}, "repro token field 'seed' is missing"),
+        ({**VALID, "n": 0}, "repro token field 'n' must be a whole number in 1..256, got 0"),
+        (
+            {**VALID, "e": "no colon"},
+            "repro token field 'e' must be 'package.module:function' or "
+            "'/path/script.py:function', got 'no colon'",
+        ),
+        ({**VALID, "s": "ps"}, "repro token names neither a scenario nor an entry (or both)"),
+        ({**VALID, "k": "run"}, "repro token field 'k' is 'run'; expected 'spawn' or nothing"),
+        ({**VALID, "names": ["a", 3]}, "repro token field 'names' must be a list of worker names"),
+        (
+            {**VALID, "names": ["a", "b c"]},
+            "repro token field 'names' must be a list of worker names",
+        ),
+        ({**VALID, "names": ["a"]}, "repro token has 1 names for a world of 2"),
+        (
+            {**VALID, "c": {"a": [1]}},
+            "repro token field 'c' must map config field names to plain values",
+        ),
+        (
+            {**VALID, "c": "x"},
+            "repro token field 'c' must map config field names to plain values",
+        ),
+        ({**VALID, "c": [1]}, "repro token field 'c' must map config field names to plain values"),
+        ({**VALID, "p": 3}, "repro token field 'p' must be a folder's path"),
+    ],
+)
+def test_a_crafted_token_is_refused_naming_the_field(data, message):
+    with pytest.raises(ReplayError) as raised:
+        R.decode(craft(data))
+    assert str(raised.value) == message
+
+
+def test_a_crafted_token_with_every_field_valid_reads_as_its_fields():
+    data = {**VALID, "n": 1, "names": ["a"], "c": {"x": None, "y": 1.5}, "p": "/p", "k": "spawn"}
+    repro = R.decode(craft(data))
+    assert (repro.world_size, repro.names, repro.config, repro.path, repro.spawned) == (
+        1,
+        ("a",),
+        {"x": None, "y": 1.5},
+        "/p",
+        True,
+    )
+
+
+def test_a_repro_option_is_checked_naming_it():
+    with pytest.raises(Exception, match=r"^repro option fuzz: invalid fuzz 5"):
+        R.Repro(world_size=2, seed=1, entry=ENTRY, options={"fuzz": 5})
