@@ -210,6 +210,19 @@ def import_time_functions(where: Path, tests: list[str]) -> set[str]:
     return set(json.loads(out.read_text()))
 
 
+def diffs_of(where: Path, module: str, names: list[str]) -> list[str]:
+    """Each mutant's diff, as ``mutmut show`` prints it (in this process: one
+    ``mutmut show`` a survivor takes a second each)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    here = os.getcwd()
+    os.chdir(where)
+    try:
+        return [f"# {name}\n{get_diff_for_mutant(name, path=module).strip()}" for name in names]
+    finally:
+        os.chdir(here)
+
+
 def run_module(
     module: str, tests: list[str], *, fresh_limit: float, fresh_all: bool
 ) -> tuple[Score, str]:
@@ -228,7 +241,6 @@ def run_module(
         sys.exit(f"the tests of {module} fail without any mutant: {' '.join(tests)}")
     limit = max(fresh_limit, 5 * (time.monotonic() - clean))
     at_import = import_time_functions(where, tests)
-    diffs = []
     for name, code in sorted(codes.items()):
         if code in KILLED:
             score.killed_fast += 1
@@ -246,9 +258,8 @@ def run_module(
             score.timeout += 1
         else:
             score.survivors.append(name)
-            diffs.append(mutmut(where, "show", name).stdout.strip())
     score.seconds = time.monotonic() - started
-    return score, "\n\n".join(diffs)
+    return score, "\n\n".join(diffs_of(where, module, score.survivors))
 
 
 def table(scores: list[Score]) -> str:
@@ -317,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for name in score.survivors:
             print(f"    survived: {name}")
+        (SCRATCH / slug(module) / "survivors.md").write_text(diffs + "\n")
         sections.append(
             f"## {module}\n\n```diff\n{diffs}\n```\n"
             if diffs
