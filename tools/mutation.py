@@ -76,7 +76,10 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_cli.py",
     ],
     "rpc_harness/_asserts.py": ["tests/unit/test_asserts_parts.py", "tests/unit/test_asserts.py"],
-    "rpc_harness/_torch_check.py": ["tests/unit/test_torch_check.py"],
+    "rpc_harness/_torch_check.py": [
+        "tests/unit/test_torch_check_pieces.py",
+        "tests/unit/test_torch_check.py",
+    ],
     "rpc_harness/schedule.py": ["tests/unit/test_schedule.py", "tests/unit/test_timeline.py"],
     "rpc_harness/_scheduler.py": ["tests/unit/test_schedule.py"],
     "rpc_harness/scenarios/parameter_server/judge.py": [
