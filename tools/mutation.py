@@ -80,7 +80,11 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_torch_check_pieces.py",
         "tests/unit/test_torch_check.py",
     ],
-    "rpc_harness/schedule.py": ["tests/unit/test_schedule.py", "tests/unit/test_timeline.py"],
+    "rpc_harness/schedule.py": [
+        "tests/unit/test_schedule_text.py",
+        "tests/unit/test_schedule.py",
+        "tests/unit/test_timeline.py",
+    ],
     "rpc_harness/_scheduler.py": ["tests/unit/test_schedule.py"],
     "rpc_harness/scenarios/parameter_server/judge.py": [
         "tests/unit/test_scenario_ps.py",
