@@ -87,6 +87,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "rpc_harness/_scheduler.py": ["tests/unit/test_schedule.py"],
     "rpc_harness/scenarios/parameter_server/judge.py": [
+        "tests/unit/test_ps_judge.py",
         "tests/unit/test_scenario_ps.py",
         "tests/unit/test_guards.py",
         "tests/unit/test_contracts.py",
