@@ -93,6 +93,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_contracts.py",
     ],
     "rpc_harness/scenarios/rl/judge.py": [
+        "tests/unit/test_rl_judge.py",
         "tests/unit/test_scenario_rl.py",
         "tests/unit/test_guards.py",
         "tests/unit/test_contracts.py",
