@@ -99,6 +99,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_contracts.py",
     ],
     "rpc_harness/scenarios/rnn/judge.py": [
+        "tests/unit/test_rnn_judge.py",
         "tests/unit/test_scenario_rnn.py",
         "tests/unit/test_guards.py",
         "tests/unit/test_contracts.py",
