@@ -329,3 +329,87 @@ def test_a_crafted_token_with_every_field_valid_reads_as_its_fields():
 def test_a_repro_option_is_checked_naming_it():
     with pytest.raises(Exception, match=r"^repro option fuzz: invalid fuzz 5"):
         R.Repro(world_size=2, seed=1, entry=ENTRY, options={"fuzz": 5})
+
+
+def test_a_token_ending_in_a_letter_that_pads_nothing_keeps_it():
+    repro = R.Repro(world_size=8, seed=999, scenario="ps")
+    assert repro.token() == "rpch1_eNqrVspTsrLQUSpWslIqKFYCMlJTU5SsLC0tawFkHAdX"
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        (5, "a repro token is text, got int"),
+        ("rpch1abc", "not an rpc-harness repro token: 'rpch1abc' (tokens start with rpch1_)"),
+        ("xyz_abc", "not an rpc-harness repro token: 'xyz_abc' (tokens start with rpch1_)"),
+        (
+            "x" * 60 + "_",
+            f"not an rpc-harness repro token: {'x' * 40!r} (tokens start with rpch1_)",
+        ),
+        (
+            "rpch123456789012345_abc",
+            "repro token of format version '1234567890'; this rpc-harness reads version 1. "
+            "Replay it with the rpc-harness version that printed it.",
+        ),
+        (
+            "rpch1_ab$c",
+            "corrupt repro token (characters that are not in a token); copy the whole token",
+        ),
+        (
+            "rpch1_" + "A" * (R._MAX_TOKEN + 1),
+            "corrupt repro token (characters that are not in a token); copy the whole token",
+        ),
+    ],
+)
+def test_a_token_that_is_not_one_is_refused_saying_why(token, message):
+    with pytest.raises(ReplayError) as raised:
+        R.decode(token)
+    assert str(raised.value) == message
+
+
+def test_a_token_of_the_longest_length_is_read_as_a_token():
+    with pytest.raises(ReplayError, match=r"^corrupt repro token \(error: "):
+        R.decode("rpch1_" + "A" * R._MAX_TOKEN)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"a": "x"}, "repro token fields 'a' and 'w' must be a list and a mapping of arguments"),
+        ({"w": ["x"]}, "repro token fields 'a' and 'w' must be a list and a mapping of arguments"),
+        ({"m": ""}, "repro token field 'm' must list [module, folder] pairs"),
+        ({"m": [["a", 1]]}, "repro token field 'm' must list [module, folder] pairs"),
+        ({"m": [["a b", "/f"]]}, "repro token field 'm' must list [module, folder] pairs"),
+        ({"m": [["a", "/f", "x"]]}, "repro token field 'm' must list [module, folder] pairs"),
+    ],
+)
+def test_crafted_arguments_and_modules_are_refused_naming_the_field(fields, message):
+    with pytest.raises(ReplayError) as raised:
+        R.decode(craft({**VALID, **fields}))
+    assert str(raised.value) == message
+
+
+def test_the_largest_world_reads_back():
+    assert R.decode(craft({**VALID, "n": 256})).world_size == 256
+
+
+def test_a_repro_names_exactly_one_of_a_scenario_or_an_entry_in_those_words():
+    with pytest.raises(ReplayError, match="^a repro names exactly one of a scenario or an entry$"):
+        R.Repro(world_size=2, seed=1)
+
+
+def test_a_worlds_token_has_no_folder_unless_given():
+    assert R.world_token(spec()).path == ""
+
+
+def test_a_value_without_a_literal_form_is_named_by_its_module_and_where_it_sits():
+    from fractions import Fraction
+
+    line = R.python_call(spec(args=(Fraction(1, 3),)))
+    assert "args[0] is a fractions.Fraction, which has no literal form" in line
+    repro = R.Repro(world_size=3, seed=4, scenario="ps", config={"lr": 0.5})
+    object.__setattr__(repro, "config", {"lr": math.nan})
+    assert R.scenario_call(repro).startswith(
+        "(no Python line can replay this world: config['lr'] is a builtins.float, which has no literal form; "
+        "call rpc_harness.run_scenario('ps', ...) again with the same arguments and world_size=3, seed=4)"
+    )
