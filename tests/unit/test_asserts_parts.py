@@ -5,7 +5,9 @@ tools/mutation.py: only world tests and three unit tests used them.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -201,3 +203,46 @@ def test_a_long_explanation_is_truncated_as_the_session_truncates():
 def test_an_explanation_that_fails_leaves_the_plain_one():
     config = _asserts.RankConfig({"python_files": []})  # lacks the diff style pytest asks for
     assert _asserts.explain(config, "==", [1, 2], [1, 3]) is None
+
+
+@dataclasses.dataclass
+class Box:
+    a: int
+
+    def __repr__(self):
+        return "Box(\nline)"
+
+
+def test_a_newline_inside_an_explanations_line_is_escaped():
+    text = _asserts.explain(_asserts.RankConfig(SETTINGS), "==", Box(1), Box(2))
+    assert text.startswith("Box(\\nline) == Box(\\nline)\n~\n~Differing attributes:")
+
+
+def test_no_description_where_the_session_has_no_assertion_state():
+    config = FakeConfig(hook=hook())
+    config.stash = {}
+    assert _asserts.session_rewriting(config) is None
+
+
+@pytest.fixture
+def restored(monkeypatch):
+    """sys.meta_path and pytest's explanation hooks put back after the test."""
+    from _pytest.assertion import util
+
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.setattr(util, "_reprcompare", util._reprcompare)
+    monkeypatch.setattr(util, "_config", util._config)
+    monkeypatch.setattr(_asserts, "_hook", None)
+    yield util
+    _asserts.apply(None)
+
+
+def test_the_hook_goes_first_and_the_explanations_read_the_ranks_config(restored):
+    _asserts.apply(
+        {"python_files": ["rankcheck_*.py"], "ini": SETTINGS["ini"], "verbosity": 2}
+    )  # no modules
+    assert _asserts._hook is not None and sys.meta_path[0] is _asserts._hook
+    assert (
+        isinstance(restored._config, _asserts.RankConfig) and restored._config.get_verbosity() == 2
+    )
+    assert restored._reprcompare("==", [1], [2]).startswith("[1] == [2]")
