@@ -301,3 +301,53 @@ def test_a_world_with_msgfail_faults_needs_the_retry_log(monkeypatch):
         "lacks it (checked before any process started):\n  - FLAGS_caffe2_log_level (libc10): not exported "
         "(used for: counting the sends a msgfail fault failed (torch's retry log))\nWorlds without them"
     )
+
+
+def test_a_torch_lacking_required_pieces_is_refused_with_every_piece_and_what_to_do(monkeypatch):
+    def broken():
+        raise T.Mismatch("gone")
+
+    pieces = (T.Piece("first", "one use", broken), T.Piece("second", "another use", broken))
+    monkeypatch.setattr(T, "findings", lambda: T.check(pieces))
+    with pytest.raises(Unsupported) as refused:
+        T.require()
+    assert str(refused.value) == (
+        f"torch {torch.__version__} lacks what rpc-harness hooks in it (checked before any process started):\n"
+        "  - first: gone (used for: one use)\n"
+        "  - second: gone (used for: another use)\n"
+        "The harness relies on these private names of torch's RPC; use a torch version it was tested "
+        "with (the README's table), or report this with the lines above."
+    )
+
+
+def test_a_class_without_fields_is_no_named_tuple(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "Plain", object(), raising=False)
+    assert (
+        why(T._named_tuple(f"{__name__}.Plain", "x")) == "has fields (), the harness reads ('x',)"
+    )
+
+
+def test_the_retry_logs_flag_not_exported_is_said_with_the_library(monkeypatch):
+    import ctypes
+
+    def no_library(path):
+        raise OSError("cannot open")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    assert why(T._log_flag).startswith("not exported by ") and why(T._log_flag).endswith(
+        "libc10.so (cannot open)"
+    )
+
+
+def test_the_faulty_agent_that_cannot_be_imported_is_said(monkeypatch):
+    real = importlib.import_module
+
+    def import_module(name, *args):
+        if name == "torch.distributed.rpc._testing":
+            raise ImportError("no faulty agent here")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    assert why(T._faulty_agent) == (
+        "torch.distributed.rpc._testing cannot be imported (no faulty agent here)"
+    )
