@@ -130,3 +130,11 @@ def test_a_long_schedule_keeps_its_first_and_last_runs_and_counts_the_rest():
         "w0 (main): 1 step, up to p48",
         "w1 (main): 1 step, up to p49",
     ]
+
+
+def test_a_blob_ending_in_a_letter_that_pads_nothing_keeps_it():
+    blob = S.replay_schedule([("a", "x")] * 442)
+    assert blob == (
+        "replay:eNqrVipRsopWSlSK1VEqALEqQKxiICvaQMcgVmeUHCVHyVFylBwlR8lRcpQcJSkmgS3MFCUrJQsL49QUM5MkUxNTcwNDy0SlWgDd4IhX"
+    )
+    assert S.parse(blob).steps == (("a", "x"),) * 442
