@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import types
 
 import pytest
 
@@ -117,13 +118,16 @@ def test_a_setup_in_a_script_runs_the_script_once_in_the_parent_and_is_not_loade
     assert ran.read_text() == "ran", "the script ran more than once in the parent"
 
 
-def test_a_setup_function_of_a_scripts_main_is_checked_for_its_arguments():
-    def main_function(x):
-        return x
-
-    main_function.__module__ = "__main__"  # as if defined in the script pytest runs as __main__
-    main_function.__qualname__ = "main_function"
-    assert getattr(sys.modules["__main__"], "__file__", None), "needs a __main__ with a file"
+def test_a_setup_function_of_a_scripts_main_is_checked_for_its_arguments(tmp_path, monkeypatch):
+    # A script run as __main__ (an xdist worker's own __main__ has no file).
+    script = tmp_path / "script.py"
+    script.write_text("def main_function(x):\n    return x\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    exec(compile(script.read_text(), str(script), "exec"), main.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    main_function = main.main_function
+    assert main_function.__module__ == "__main__"
     with pytest.raises(WorldSpecError, match="must be callable with no arguments"):
         O.check_setup(main_function, "here")
 
