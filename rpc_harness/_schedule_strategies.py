@@ -139,7 +139,8 @@ class Guide:
 
     def choose(self, ready: Sequence[T], history: History) -> T:
         last = history.steps[-1] if history.steps else None
-        key = (last.task, last.point, history.occurrences.get((last.task, last.point), 0)) if last else ("", "", 0)
+        # (Every recorded step is counted in occurrences, the last one too.)
+        key = (last.task, last.point, history.occurrences[(last.task, last.point)]) if last else ("", "", 0)
         wanted = self.prefer.get(key)
         for task in ready:
             if task.id == wanted:

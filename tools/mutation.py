@@ -85,7 +85,12 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_schedule.py",
         "tests/unit/test_timeline.py",
     ],
-    "rpc_harness/_scheduler.py": ["tests/unit/test_schedule.py"],
+    "rpc_harness/_scheduler.py": ["tests/unit/test_schedule.py", "tests/unit/test_scheduler_model.py"],
+    "rpc_harness/_schedule_strategies.py": [
+        "tests/unit/test_schedule_strategies.py",
+        "tests/unit/test_schedule.py",
+        "tests/unit/test_scheduler_model.py",
+    ],
     "rpc_harness/scenarios/parameter_server/judge.py": [
         "tests/unit/test_ps_judge.py",
         "tests/unit/test_scenario_ps.py",

@@ -108,3 +108,58 @@ def test_a_guide_follows_its_choices_where_the_same_moment_comes_and_else_goes_o
     assert guide.choose(TASKS, history).id == "a", "a moment the guide never saw: go on"
     history.ran(TASKS[2])
     assert guide.choose(TASKS, history).id == "b", "after c's first stop at p, the kept choice: b"
+
+
+def test_going_on_is_the_task_that_ran_last_or_else_the_first_by_id():
+    history = History()
+    assert strategies.continuing(TASKS, history).id == "a", "nothing ran yet"
+    history.ran(TASKS[2])
+    assert strategies.continuing(TASKS, history).id == "c"
+    assert strategies.continuing(TASKS[:2], history).id == "a", "the task that ran cannot: the first by id"
+
+
+def test_a_guides_first_choice_is_kept_even_where_going_on_would_choose_another():
+    guide = strategies.make(S.parse(S.without([("c", "p"), ("a", "p"), ("b", "p")], 2)), History())
+    history = History()
+    assert guide.choose(TASKS, history).id == "c", "the recorded first choice, not the first by id"
+    history.ran(TASKS[2])
+    assert guide.choose(TASKS, history).id == "a", "after c's first stop at p: a, as recorded"
+
+
+def test_pcts_change_points_fall_on_steps_one_to_its_length_less_one():
+    points = set()
+    for seed in range(60):
+        history = History(rng=random.Random(seed))
+        points.update(strategies.make(S.parse("pct:2:3"), history).changes)
+    assert points == {1, 2}, "never before the first step, never at the length"
+
+
+def test_pcts_priority_of_a_task_is_derived_from_the_seed_and_its_id_alone():
+    from rpc_harness.seeds import derive_seed
+
+    history = History(seed=5)
+    chosen = strategies.make(S.parse("pct:1"), history).choose(TASKS, history)
+    assert chosen.id == max("abc", key=lambda task: derive_seed(5, "pct", task)), "the same priorities every version"
+
+
+def test_a_task_pct_lowers_later_goes_below_one_it_lowered_earlier():
+    history = History()
+    pct = strategies.make(S.parse("pct:3:20"), history)
+    pct.changes = [1, 2]  # lower the task that ran at steps 1 and 2
+    top = pct.choose(TASKS, history)
+    history.ran(top)
+    second = pct.choose(TASKS, history)
+    history.ran(second)
+    pct.choose(TASKS, history)
+    assert [t for t in pct.lowered] == [top.id, second.id]
+    # Only the two lowered ones can run: the one lowered first is above the one lowered last.
+    both = sorted([top, second], key=lambda t: t.id, reverse=top.id < second.id)
+    assert pct.choose(both, history).id == top.id
+
+
+def test_a_random_walk_with_one_task_ready_draws_nothing():
+    # A forced step takes no draw: the choices after it stay the seed's.
+    history = History()
+    state = history.rng.getstate()
+    assert strategies.make(S.parse("random"), history).choose([TASKS[1]], history).id == "b"
+    assert history.rng.getstate() == state
