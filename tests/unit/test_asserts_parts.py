@@ -124,6 +124,15 @@ def test_ours_and_covered_are_by_whole_package_names():
     assert not _asserts._covered("a", [])
 
 
+@pytest.fixture(autouse=True)
+def _a_session_not_on_ci(monkeypatch):
+    """pytest explains and truncates otherwise on CI (``CI`` or
+    ``BUILD_NUMBER`` set: no truncation, no "Use -v" hint). These tests read
+    a session's explanations that is not on CI, wherever they run."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+
+
 SETTINGS = {
     "python_files": ["test_*.py"],
     "modules": [],
