@@ -382,7 +382,7 @@ class Scheduler:
             expected_task, expected_point = self.schedule.steps[index]
             if (task.id, point) != (expected_task, expected_point):
                 self.diverged(f"step {index}: expected {expected_task} to reach {expected_point}, "
-                               f"{task.id} ({task.label}) reached {point}")
+                              f"{task.id} ({task.label}) reached {point}")
 
     def diverged(self, what: str) -> None:
         """A replay could not take its recorded steps: say where (once per replay)."""
@@ -393,7 +393,7 @@ class Scheduler:
         if self.schedule.kind == "replay" and self.controlled and not self.problems:
             if len(self.steps) != len(self.schedule.steps):
                 self.diverged(f"the world took {len(self.steps)} steps; the recorded schedule has "
-                               f"{len(self.schedule.steps)}")
+                              f"{len(self.schedule.steps)}")
 
     # -- giving up control ----------------------------------------------------------------------------
     def busy(self) -> bool:
