@@ -151,6 +151,18 @@ def warn_as(category: type[Warning]) -> None:
     _category = category
 
 
+# What the parent says of each module the forkserver named, by what it did.
+_CULPRIT_WARNINGS = {
+    "driver": "initialized the CUDA driver at import, in rpc-harness's forkserver, through a library other than "
+              "torch (which the forkserver cannot refuse): ranks forked from it cannot use CUDA, and worlds that "
+              "ask for CUDA devices fail, naming it. Move that call into the test or the entry, or the module out "
+              "of rpc_preload; CPU worlds still run",
+    "refused": "asked for CUDA at import, in rpc-harness's forkserver: it was not preloaded there, and each rank "
+               "imports it itself (slower, but every world still runs). Ask for CUDA inside tests or entries, and "
+               "write GPU skips with rpc_harness.cuda_available(), which does not initialize CUDA",
+}
+
+
 def warn_about_culprits(path: str) -> None:
     """In the parent, after a world: warn once about each module the
     forkserver refused to preload because it asked for CUDA."""
@@ -159,22 +171,11 @@ def warn_about_culprits(path: str) -> None:
             said = json.load(file)
     except (OSError, ValueError):
         return  # no forkserver yet, or it found nothing to say
-    for module in said.get("driver", []):
-        if ("driver", module) not in _warned:
-            _warned.add(("driver", module))
-            warnings.warn(_category(
-                f"{module} initialized the CUDA driver at import, in rpc-harness's forkserver, through a library "
-                "other than torch (which the forkserver cannot refuse): ranks forked from it cannot use CUDA, and "
-                "worlds that ask for CUDA devices fail, naming it. Move that call into the test or the entry, or "
-                "the module out of rpc_preload; CPU worlds still run"), stacklevel=3)
-    for module in said.get("refused", []):
-        if ("refused", module) not in _warned:
-            _warned.add(("refused", module))
-            warnings.warn(_category(
-                f"{module} asked for CUDA at import, in rpc-harness's forkserver: it was not preloaded there, and "
-                "each rank imports it itself (slower, but every world still runs). Ask for CUDA inside tests or "
-                "entries, and write GPU skips with rpc_harness.cuda_available(), which does not initialize CUDA"),
-                stacklevel=3)
+    for kind, says in _CULPRIT_WARNINGS.items():
+        for module in said.get(kind, []):
+            if (kind, module) not in _warned:
+                _warned.add((kind, module))
+                warnings.warn(_category(f"{module} {says}"), stacklevel=3)
 
 
 def rank_fork_error(wants_cuda: bool = False) -> Exception | None:

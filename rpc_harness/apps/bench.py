@@ -271,24 +271,30 @@ FIXTURE_TEST = textwrap.dedent("""
 """)
 
 
+def timed_session(name: str, source: str, repeat: int, *pytest_args: str) -> dict[str, Any]:
+    """Run the test module ``source`` (as ``name``) in a pytest session of
+    its own, in a temporary folder, with ``BENCH_REPEAT`` and ``BENCH_OUT``
+    set; what it wrote to ``BENCH_OUT`` as JSON."""
+    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
+        with open(os.path.join(folder, name), "w") as file:
+            file.write(source)
+        out = os.path.join(folder, "times.json")
+        env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, name],
+                              cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"the bench session {name} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        with open(out) as file:
+            return json.load(file)
+
+
 def fixture_session(repeat: int, assert_mode: str = "rewrite") -> dict[str, Any]:
     """One pytest session of its own running ``repeat`` + 1 4-rank worlds
     through ``rpc_world`` from a test module that imports pytest and torch,
     its asserts rewritten in the ranks (pytest's default) or not
     (``--assert=plain``): ``{"first": s, "times": [s, ...]}``, the first
     world (which starts the forkserver) apart."""
-    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
-        with open(os.path.join(folder, "test_fixture_path.py"), "w") as file:
-            file.write(FIXTURE_TEST)
-        out = os.path.join(folder, "times.json")
-        env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"--assert={assert_mode}", "test_fixture_path.py"],
-                              cwd=folder, env=env, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"the fixture-path session failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-        with open(out) as file:
-            return json.load(file)
+    return timed_session("test_fixture_path.py", FIXTURE_TEST, repeat, f"--assert={assert_mode}")
 
 
 def fixture_path(repeat: int, rounds: int = 3) -> dict[str, Any]:
@@ -352,18 +358,7 @@ def reused_entries(repeat: int) -> dict[str, Any]:
     against the same entry in a fresh 4-rank world (``rpc_world``), from one
     pytest session of their own, alternating: medians, and the bring-up of
     the live world (its first entry)."""
-    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
-        with open(os.path.join(folder, "test_reused_entries.py"), "w") as file:
-            file.write(REUSE_TEST)
-        out = os.path.join(folder, "times.json")
-        env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "test_reused_entries.py"], cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"the reused-world session failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-        with open(out) as file:
-            times = json.load(file)
+    times = timed_session("test_reused_entries.py", REUSE_TEST, repeat)
     reused, fresh = statistics.median(times["reused"]), statistics.median(times["fresh"])
     row = {"reused_median_s": reused, "fresh_median_s": fresh, "runs": len(times["reused"]),
            "first_s": times["first"], "per_minute": 60 / reused}
