@@ -64,7 +64,7 @@ def annotate_stacks(text: str) -> str:
 # (_gate), the rank's bootstrap (_rank). Not context.py: a failpoint's frame
 # (hang_at_failpoint, failpoint) says where a fault acted.
 HARNESS_FILES = tuple(os.path.join("rpc_harness", name) for name in (
-    "_gate.py", "_lifecycle.py", "_rank.py", "_rpc_hooks.py", "_callpoints.py", "_stackdump.py", "_scheduler.py"))
+    "_gate.py", "_lifecycle.py", "_rank.py", "_rpc_hooks.py", "_callpoints.py", "_stackdump.py"))
 FRAMES_ENV = "RPC_HARNESS_FRAMES"  # 1: reports show the harness's own frames too
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _BOOTSTRAP_NOTE = "  (harness bootstrap frames omitted)"

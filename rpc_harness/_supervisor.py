@@ -25,7 +25,7 @@ from . import _messages as msg
 from . import _nvml, _stackdump, _tally
 from . import result as R
 from ._boot import Boot, rank_file
-from ._scheduler import STALL_SECONDS, ScheduleLink
+from ._schedule_link import STALL_SECONDS, ScheduleLink
 from ._stacks import annotate_stacks, hide_hook_frames
 from .context import read_event_lines
 from .errors import FaultPlanError
@@ -480,7 +480,7 @@ class Supervisor:
             scheduler = self.link.scheduler
             scheduler.finish()
             problems += scheduler.problems
-            schedule = scheduler.steps_named(tuple(o.name for o in self.outcomes))
+            schedule = scheduler.history.named(tuple(o.name for o in self.outcomes))
             schedule_note = (f"controlled ({self.spec.options.schedule}), {len(schedule)} steps" if scheduler.controlled
                              else f"no longer controlled: {scheduler.note}")
             lost_at = scheduler.lost_at

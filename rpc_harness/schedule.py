@@ -19,7 +19,7 @@ each point the supervisor chooses the next task, with the world's seed:
   world that no longer takes them fails, saying at which step it diverged.
 
 This module holds what describes a schedule (its parsed form, its steps,
-digests, the replay form, how it reads); ``_scheduler`` decides, ``_gate`` is the
+digests, the replay form, how it reads); ``_schedule`` decides, ``_gate`` is the
 rank's side, ``explore`` searches and shrinks.
 """
 

@@ -85,8 +85,19 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_schedule.py",
         "tests/unit/test_timeline.py",
     ],
-    "rpc_harness/_scheduler.py": ["tests/unit/test_schedule.py", "tests/unit/test_scheduler_model.py"],
-    "rpc_harness/_schedule_strategies.py": [
+    "rpc_harness/_schedule/scheduler.py": ["tests/unit/test_schedule.py", "tests/unit/test_scheduler_model.py"],
+    "rpc_harness/_schedule/recorder.py": [
+        "tests/unit/test_schedule_core.py",
+        "tests/unit/test_schedule.py",
+        "tests/unit/test_scheduler_model.py",
+    ],
+    "rpc_harness/_schedule/virtual_time.py": [
+        "tests/unit/test_schedule_core.py",
+        "tests/unit/test_schedule.py",
+        "tests/unit/test_scheduler_model.py",
+    ],
+    "rpc_harness/_schedule_link.py": ["tests/unit/test_schedule_core.py"],
+    "rpc_harness/_schedule/strategies.py": [
         "tests/unit/test_schedule_strategies.py",
         "tests/unit/test_schedule.py",
         "tests/unit/test_scheduler_model.py",

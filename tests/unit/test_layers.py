@@ -13,7 +13,8 @@ import pytest
 import rpc_harness
 
 PACKAGE = Path(rpc_harness.__file__).parent
-LIBRARY = sorted(path for path in PACKAGE.glob("*.py") if path.name != "__main__.py")
+LIBRARY = sorted(path for path in (*PACKAGE.glob("*.py"), *PACKAGE.glob("_schedule/*.py"))
+                 if path.name != "__main__.py")
 SCENARIOS = sorted((PACKAGE / "scenarios").rglob("*.py"))
 MAY_IMPORT_PYTEST = {"pytest_plugin.py", "_asserts.py"}
 
@@ -65,11 +66,27 @@ def test_the_check_sees_a_relative_import_of_the_scenarios(tmp_path):
     assert _reaches(names, "rpc_harness.scenarios") and _reaches(names, "rpc_harness.apps")
 
 
-# The schedule core: the scheduler, its strategies, the schedule's forms and
-# messages. Testable with no process (the model test drives it), so none of
-# it may reach torch, multiprocessing or the harness's process machinery.
-SCHEDULE_CORE = ("_scheduler.py", "_schedule_strategies.py", "schedule.py", "_messages.py", "seeds.py", "errors.py")
-CORE_MAY_IMPORT = {f"rpc_harness.{name[:-3]}" for name in SCHEDULE_CORE}
+# The schedule core: the _schedule package (the scheduler, its strategies,
+# the recorder, virtual time) and the schedule's forms and messages.
+# Testable with no process (the model test drives it), so none of it may
+# reach torch, multiprocessing or the harness's process machinery.
+SCHEDULE_CORE = tuple(sorted(str(path.relative_to(PACKAGE)) for path in (PACKAGE / "_schedule").glob("*.py"))) + (
+    "schedule.py", "_messages.py", "seeds.py", "errors.py")
+
+
+def _dotted(name: str) -> str:
+    """``_schedule/scheduler.py`` -> ``rpc_harness._schedule.scheduler``."""
+    parts = name[:-3].split("/")
+    return ".".join(("rpc_harness", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def _source(module: str) -> Path:
+    """The file of an ``rpc_harness`` module or package."""
+    base = PACKAGE.joinpath(*module.split(".")[1:])
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+CORE_MAY_IMPORT = {_dotted(name) for name in SCHEDULE_CORE}
 
 
 def _at_import_time(path: Path) -> set[str]:
@@ -103,7 +120,7 @@ def _closure(start: str) -> set[str]:
     seen, todo = set(), [start]
     while todo:
         name = todo.pop()
-        path = PACKAGE / (name.split(".", 1)[1] + ".py")
+        path = _source(name)
         if name in seen or not path.exists():
             continue
         seen.add(name)
@@ -116,5 +133,5 @@ def test_the_schedule_core_imports_neither_torch_nor_processes(name):
     names = _at_import_time(PACKAGE / name)
     for outside in ("torch", "multiprocessing", "threading", "subprocess"):
         assert not _reaches(names, outside), f"{name} imports {outside}"
-    reached = _closure(f"rpc_harness.{name[:-3]}")
+    reached = _closure(_dotted(name))
     assert reached <= CORE_MAY_IMPORT, f"{name} reaches {sorted(reached - CORE_MAY_IMPORT)}"

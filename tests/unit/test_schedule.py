@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rpc_harness import WorldSpecError
 from rpc_harness import _messages as msg
 from rpc_harness import schedule as S
-from rpc_harness._scheduler import Scheduler
+from rpc_harness._schedule.scheduler import Scheduler
 from rpc_harness.strategies import schedules
 
 

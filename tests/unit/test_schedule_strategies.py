@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from rpc_harness import _schedule_strategies as strategies
 from rpc_harness import schedule as S
+from rpc_harness._schedule import strategies
 from rpc_harness.schedule import Step
 
 

@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from rpc_harness import _messages as msg
 from rpc_harness import schedule as S
-from rpc_harness._scheduler import Scheduler
+from rpc_harness._schedule.scheduler import Scheduler
 
 RANKS = 3
 STRATEGIES = ["random", "pct:1", "pct:2", "pct:3:30"]

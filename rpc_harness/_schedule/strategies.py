@@ -22,8 +22,8 @@ import random
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from .schedule import ScheduleSpec, Step
-from .seeds import derive_seed
+from ..schedule import ScheduleSpec, Step
+from ..seeds import derive_seed
 
 PCT_DEFAULT_LENGTH = 200  # steps over which PCT spreads its change points when not told
 

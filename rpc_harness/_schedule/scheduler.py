@@ -1,4 +1,4 @@
-"""The scheduler of a controlled world, in its supervisor (see :mod:`rpc_harness.schedule`).
+"""The scheduler of a controlled world (see :mod:`rpc_harness.schedule`).
 
 It runs one task of the whole world at a time. The ranks' tasks report
 where they stand (``_gate``); the scheduler lets one go, and chooses the
@@ -13,26 +13,29 @@ A step that never ends, or a world in which every task waits, is not
 waited for forever: the supervisor sees no progress, asks
 :meth:`Scheduler.stalled` what is outstanding and lets the world run free.
 
-Time under control is the schedule's own: a sleep, or a wait with a
-timeout, ends when no task can run and it is the earliest to end, as in a
-discrete-event simulator (FoundationDB's, madsim's). A delay fault is
-such a sleep.
+Time under control is the schedule's own (:mod:`.virtual_time`): a
+sleep, or a wait with a timeout, ends when no task can run and it is the
+earliest to end. A delay fault is such a sleep. The steps, and replay
+checked against them, are the :mod:`.recorder`'s; the choice among the
+tasks that can run is the strategy's (:mod:`.strategies`).
+
+It talks to the ranks through ``send`` alone and reads the wall clock
+through ``clock`` alone (for the steps' timings): no process, pipe or
+thread is in it, so a test drives it with fake tasks
+(tests/unit/test_scheduler_model.py). The supervisor's adapter is
+:mod:`rpc_harness._schedule_link`; the rank's is :mod:`rpc_harness._gate`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import heapq
-import itertools
-import os
-import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from . import _messages as msg
-from . import _schedule_strategies as strategies
-from .schedule import ScheduleSpec, Step
-from .seeds import derive_seed
+from .. import _messages as msg
+from ..schedule import ScheduleSpec, Step
+from . import strategies
+from .recorder import Recorder
+from .virtual_time import VirtualTime
 
 READY, RUNNING, BLOCKED, ENDED = "ready", "running", "blocked", "ended"
 
@@ -60,32 +63,6 @@ class Call:
     completed: bool = False  # its caller heard the answer (maybe before its handler's end reached us)
 
 
-@dataclass
-class _Timers:
-    heap: list[tuple[float, int, str]] = field(default_factory=list)
-    order: itertools.count = field(default_factory=itertools.count)
-
-    def add(self, at: float, task: str) -> None:
-        heapq.heappush(self.heap, (at, next(self.order), task))
-
-    def pop_due(self, tasks: dict[str, Task]) -> tuple[float, list[Task]]:
-        """The tasks whose timers end first (skipping cancelled ones)."""
-        woken: list[Task] = []
-        first: float | None = None
-        while self.heap:
-            at, _, task_id = self.heap[0]
-            task = tasks.get(task_id)
-            if task is None or task.timer != at or task.state != BLOCKED:
-                heapq.heappop(self.heap)
-                continue
-            if first is not None and at != first:
-                break
-            first = at
-            heapq.heappop(self.heap)
-            woken.append(task)
-        return (first or 0.0), woken
-
-
 class Scheduler:
     """Chooses, one step at a time, which task of a controlled world runs."""
 
@@ -93,9 +70,8 @@ class Scheduler:
                  clock: Callable[[], float]) -> None:
         self.schedule = schedule
         self.send = send
-        self.clock = clock
-        self.rng = random.Random(derive_seed(seed, "schedule"))
-        self.seed = seed
+        self.clock = clock  # the wall clock, for the steps' timings only
+        self.history = Recorder(schedule, seed)
         self.world_size = world_size
         self.tasks: dict[str, Task] = {}  # every task the world had (ended ones too: their ranks are asked)
         self.ready: dict[str, Task] = {}  # the tasks that could run now
@@ -113,20 +89,29 @@ class Scheduler:
         self.notified_early: set[str] = set()
         self.gone: set[int] = set()
         self.frozen: set[int] = set()
-        self.timers = _Timers()
-        self.now = 0.0  # the schedule's clock, seconds
+        self.time = VirtualTime()
         self.running: Task | None = None
-        self.last: Task | None = None
         self.step_started = 0.0
         self.step_preempted = False
-        self.steps: list[Step] = []
-        self.problems: list[str] = []  # a replay that diverged
         self.controlled = True
         self.halted = False  # the world is failing: no more steps (how many more would be the clock's choice)
         self.note = ""  # why control was given up, if it was
         self.lost_at: int | None = None  # the step from which the world ran free, if control was given up
-        self.occurrences: dict[tuple[str, str], int] = {}  # (task, point) -> steps that ended there
-        self._strategy = strategies.make(schedule, self)
+        self._strategy = strategies.make(schedule, self.history)
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.history.steps
+
+    @property
+    def problems(self) -> list[str]:
+        """A replay that diverged, said once."""
+        return self.history.problems
+
+    @property
+    def now(self) -> float:
+        """The schedule's time, seconds."""
+        return self.time.now
 
     # -- what the ranks say ---------------------------------------------------------------
     def on_message(self, rank: int, message: msg.ToScheduler) -> None:
@@ -224,8 +209,7 @@ class Scheduler:
         elif self._resolvable(key):
             self._ready(task, notified=True)
         elif timeout is not None:
-            task.timer = self.now + max(0.0, timeout)
-            self.timers.add(task.timer, task.id)
+            task.timer = self.time.timer(task.id, timeout)
 
     def _end(self, task_id: str, responds_later: bool) -> None:
         task = self._stop(task_id, "end", ENDED)
@@ -355,15 +339,14 @@ class Scheduler:
             return
         ready = sorted(self.ready.values(), key=lambda t: t.id)
         if not ready:
-            at, woken = self.timers.pop_due(self.tasks)
+            woken = [self.tasks[t] for t in self.time.wake_due(self._waits_on_timer)]
             if not woken:
                 return  # every task waits: for the real world (a timeout, a death), or forever
-            self.now = max(self.now, at)
             for task in woken:
                 self._ready(task, notified=False)
             ready = sorted(woken, key=lambda t: t.id)
-        chosen = self._strategy.choose(ready, self)
-        last = self.last
+        chosen = self._strategy.choose(ready, self.history)
+        last = self.history.last
         self.step_preempted = last is not None and last.state == READY and chosen is not last and last in ready
         self._leave(chosen)
         self.running = chosen
@@ -371,29 +354,19 @@ class Scheduler:
         self.step_started = self.clock()
         self.send(chosen.rank, msg.Go(chosen.id, chosen.notified))
 
-    def _record(self, task: Task, point: str) -> None:
-        index = len(self.steps)
-        self.steps.append(Step(index, task.rank, "", task.id, task.label, point, self.step_preempted,
-                               self.step_started, self.clock()))
-        key = (task.id, point)
-        self.occurrences[key] = self.occurrences.get(key, 0) + 1
-        self.last = task
-        if self.schedule.kind == "replay" and index < len(self.schedule.steps) and not self.problems:
-            expected_task, expected_point = self.schedule.steps[index]
-            if (task.id, point) != (expected_task, expected_point):
-                self.diverged(f"step {index}: expected {expected_task} to reach {expected_point}, "
-                              f"{task.id} ({task.label}) reached {point}")
+    def _waits_on_timer(self, task_id: str, at: float) -> bool:
+        task = self.tasks.get(task_id)
+        return task is not None and task.timer == at and task.state == BLOCKED
 
-    def diverged(self, what: str) -> None:
-        """A replay could not take its recorded steps: say where (once per replay)."""
-        self.problems.append(f"the replayed schedule diverged: {what}")
+    def _record(self, task: Task, point: str) -> None:
+        self.history.record(task, point, preempted=self.step_preempted, started=self.step_started,
+                            ended=self.clock())
 
     def finish(self) -> None:
-        """The world is over: a replay that took fewer or more steps diverged."""
-        if self.schedule.kind == "replay" and self.controlled and not self.problems:
-            if len(self.steps) != len(self.schedule.steps):
-                self.diverged(f"the world took {len(self.steps)} steps; the recorded schedule has "
-                              f"{len(self.schedule.steps)}")
+        """The world is over: a replay under control to its end that took
+        fewer or more steps diverged."""
+        if self.controlled:
+            self.history.finish()
 
     # -- giving up control ----------------------------------------------------------------------------
     def busy(self) -> bool:
@@ -436,97 +409,3 @@ class Scheduler:
         for rank in range(self.world_size):
             if rank not in self.gone:
                 self.send(rank, msg.Release())
-
-    def steps_named(self, names: tuple[str, ...]) -> list[Step]:
-        """The steps, with each rank's worker name filled in."""
-        return [dataclasses.replace(step, worker=names[step.rank] if step.rank < len(names) else "")
-                for step in self.steps]
-
-
-# -- the supervisor's end of the pipes ------------------------------------------------------------
-
-# A step or an awaited event with no message for this long, while no thread
-# of any rank could run (none runnable, in every look), is waiting where the
-# scheduler cannot see: control is given up. Runnable threads on a loaded
-# machine are starved, not stuck: they reset the clock.
-STALL_SECONDS = 3.0
-
-
-class ScheduleLink:
-    """The scheduler and its pipes to the ranks, as the supervisor drives them."""
-
-    def __init__(self, schedule: ScheduleSpec, seed: int, world_size: int, clock: Callable[[], float]) -> None:
-        self.conns: list[object | None] = []
-        self.scheduler = Scheduler(schedule, seed, world_size, self._send, clock)
-        self.heard = clock()  # the last message, or the last time a rank thread could run
-        self.clock = clock
-
-    def add(self, conn: object | None) -> None:
-        self.conns.append(conn)
-
-    def _send(self, rank: int, message: object) -> None:
-        conn = self.conns[rank] if rank < len(self.conns) else None
-        if conn is None:
-            return
-        try:
-            conn.send(message)  # type: ignore[attr-defined]
-        except (OSError, ValueError):  # the rank is gone; its sentinel says how
-            pass
-
-    def waitables(self, ranks: set[int]) -> dict[object, int]:
-        return {conn: rank for rank, conn in enumerate(self.conns) if conn is not None and rank in ranks}
-
-    def drain(self, rank: int) -> None:
-        conn = self.conns[rank]
-        try:
-            while conn is not None and conn.poll():  # type: ignore[attr-defined]
-                self.scheduler.on_message(rank, conn.recv())  # type: ignore[attr-defined]
-        except (EOFError, OSError):
-            self.conns[rank] = None
-        self.heard = self.clock()
-        self.scheduler.decide()
-
-    def rank_gone(self, rank: int, *, frozen: bool = False, unexpected: bool = False) -> None:
-        self.scheduler.rank_gone(rank, frozen=frozen, unexpected=unexpected)
-        self.scheduler.decide()
-
-    def stalled(self, pids: list[int]) -> str | None:
-        """What control waits for, if nothing has moved for a while and the
-        ranks use no CPU (a task blocked where the scheduler cannot see, or
-        every task waiting for another); None while things move."""
-        scheduler = self.scheduler
-        idle_with_waiters = scheduler.quiet() and bool(scheduler.waiting) and not scheduler.ready
-        now = self.clock()
-        if not scheduler.controlled or not (scheduler.busy() or idle_with_waiters):
-            self.heard = now
-            return None
-        if now - self.heard < STALL_SECONDS:
-            return None
-        if _any_runnable(pids):  # computing, or starved on a loaded machine: not stuck
-            self.heard = now
-            return None
-        return scheduler.stalled()
-
-    def close(self) -> None:
-        for conn in self.conns:
-            if conn is not None:
-                conn.close()  # type: ignore[attr-defined]
-        self.conns = [None] * len(self.conns)
-
-
-def _any_runnable(pids: list[int]) -> bool:
-    """Whether any thread of these processes is running or waiting for a CPU."""
-    for pid in pids:
-        try:
-            threads = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in threads:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as file:
-                    state = file.read().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state == "R":
-                return True
-    return False
