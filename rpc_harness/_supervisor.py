@@ -402,10 +402,16 @@ class Supervisor:
         until = time.monotonic() + _STACK_WAIT
         pending = set(ranks)
         while pending and time.monotonic() < until:
-            pending = {r for r in pending if not self._dumped(r, whole=r not in signalled)}
+            # A rank that exited meanwhile (one failing on its own as the
+            # world is stopped) will never answer: not waited for.
+            pending = {r for r in pending if not self._dumped(r, whole=r not in signalled) and not self._exited(r)}
             if pending:
                 time.sleep(0.02)
         return pending
+
+    def _exited(self, rank: int) -> bool:
+        """Whether ``rank``'s process has ended (its sentinel says so; it is not reaped here)."""
+        return bool(wait([self.procs[rank].sentinel], timeout=0))
 
     def _dumped(self, rank: int, *, whole: bool) -> bool:
         written = _read_text(rank_file(self.workdir, rank, "stacks"))[self.stacks_read.get(rank, 0):]
