@@ -103,9 +103,10 @@ def test_only_a_replay_is_checked():
 def test_named_steps_carry_their_ranks_worker_names_and_an_unknown_rank_none():
     recorder = Recorder(S.parse("controlled"), 1)
     recorder.record(Done("a", rank=1), "p", preempted=False, started=0, ended=1)
-    recorder.record(Done("b", rank=4), "q", preempted=False, started=1, ended=2)
-    assert [s.worker for s in recorder.named(("w0", "w1"))] == ["w1", ""]
-    assert [s.worker for s in recorder.steps] == ["", ""], "the record itself is unchanged"
+    recorder.record(Done("b", rank=2), "q", preempted=False, started=1, ended=2)
+    recorder.record(Done("c", rank=4), "r", preempted=False, started=2, ended=3)
+    assert [s.worker for s in recorder.named(("w0", "w1"))] == ["w1", "", ""]
+    assert [s.worker for s in recorder.steps] == ["", "", ""], "the record itself is unchanged"
 
 
 # -- virtual time ---------------------------------------------------------------------------------
