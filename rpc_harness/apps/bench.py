@@ -2,7 +2,8 @@
 
 - world bring-up + teardown from 2 to 256 ranks, against the tutorials' way
   (``torch.multiprocessing.spawn`` + ``init_rpc``) up to 16, medians and
-  ratio, drawn as a growth curve;
+  ratio, drawn as growth curves with a third way: an entry in a reused
+  world of each size up to 64 (the reuse section);
 - the same 4-rank world through the ``rpc_world`` fixture, from a pytest
   test module that imports pytest and torch (what a user's test pays), with
   its asserts rewritten in the ranks and without (``--assert=plain``);
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rpc_harness import run_world
@@ -193,6 +195,9 @@ def spawn_world(world_size: int) -> float:
 
 SIZES = (2, 4, 16, 64, 256)
 QUICK_SIZES = (2, 4)
+# Reused worlds are measured up to 64 ranks: a 256-rank world's bring-up
+# alone is most of a minute here, and its entries add nothing to the curve's shape.
+REUSED_UP_TO = 64
 SPAWN_UP_TO = 16  # the tutorials' way pays ~2 s of `import torch` a rank: 16 ranks take ~20 s
 
 
@@ -271,15 +276,16 @@ FIXTURE_TEST = textwrap.dedent("""
 """)
 
 
-def timed_session(name: str, source: str, repeat: int, *pytest_args: str) -> dict[str, Any]:
+def timed_session(name: str, source: str, repeat: int, *pytest_args: str,
+                  env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the test module ``source`` (as ``name``) in a pytest session of
     its own, in a temporary folder, with ``BENCH_REPEAT`` and ``BENCH_OUT``
-    set; what it wrote to ``BENCH_OUT`` as JSON."""
+    (and ``env``) set; what it wrote to ``BENCH_OUT`` as JSON."""
     with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
         with open(os.path.join(folder, name), "w") as file:
             file.write(source)
         out = os.path.join(folder, "times.json")
-        env = dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out)
+        env = dict(os.environ, **(env or {}), BENCH_REPEAT=str(repeat), BENCH_OUT=out)
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args, name],
                               cwd=folder, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
@@ -347,21 +353,37 @@ REUSE_TEST = textwrap.dedent("""
             started = time.perf_counter()
             rpc_world.run(ring, world_size=4)
             fresh.append(time.perf_counter() - started)
+        by_size = {}  # the bring-up curve's third way: an entry in a reused world, by its size
+        for size in map(int, os.environ["BENCH_SIZES"].split(",")):
+            rpc_world_module.run(ring, world_size=size)  # its bring-up, not counted
+            by_size[size] = []
+            for _ in range(int(os.environ["BENCH_SIZE_REPEAT"])):
+                started = time.perf_counter()
+                rpc_world_module.run(ring, world_size=size)
+                by_size[size].append(time.perf_counter() - started)
         with open(os.environ["BENCH_OUT"], "w") as file:
-            json.dump({"first": first, "reused": reused, "fresh": fresh}, file)
+            json.dump({"first": first, "reused": reused, "fresh": fresh, "by_size": by_size}, file)
 """)
 
 
-def reused_entries(repeat: int) -> dict[str, Any]:
+def reused_entries(repeat: int, sizes: tuple[int, ...] = (), size_repeat: int = 10) -> dict[str, Any]:
     """An entry (one ``rpc_sync`` a rank) in a reused 4-rank world
     (``rpc_world_module``: the entry, then every rank's cleanliness check)
     against the same entry in a fresh 4-rank world (``rpc_world``), from one
     pytest session of their own, alternating: medians, and the bring-up of
-    the live world (its first entry)."""
-    times = timed_session("test_reused_entries.py", REUSE_TEST, repeat)
+    the live world (its first entry). Then, for the bring-up curve, the
+    median entry in a reused world of each of ``sizes`` ranks
+    (``size_repeat`` entries each, after its bring-up): ``by_size``."""
+    env = {"BENCH_SIZES": ",".join(map(str, sizes)), "BENCH_SIZE_REPEAT": str(size_repeat)}
+    times = timed_session("test_reused_entries.py", REUSE_TEST, repeat, env=env)
     reused, fresh = statistics.median(times["reused"]), statistics.median(times["fresh"])
     row = {"reused_median_s": reused, "fresh_median_s": fresh, "runs": len(times["reused"]),
-           "first_s": times["first"], "per_minute": 60 / reused}
+           "first_s": times["first"], "per_minute": 60 / reused,
+           "by_size": [{"world_size": int(size), "median_s": statistics.median(runs), "runs": len(runs)}
+                       for size, runs in sorted(times["by_size"].items(), key=lambda item: int(item[0]))]}
+    for point in row["by_size"]:
+        print(f"  entry in a reused {point['world_size']}-rank world: {point['median_s'] * 1000:.1f} ms "
+              f"(median of {point['runs']})", flush=True)
     print(f"  entry in a reused 4-rank world: {reused * 1000:.1f} ms (median of {row['runs']}; "
           f"{row['per_minute']:.0f} a minute), fresh 4-rank world {fresh:.3f} s, {fresh / reused:.0f}x; "
           f"the live world's first entry {times['first']:.2f} s", flush=True)
@@ -577,13 +599,14 @@ def run_bench(
     figures: dict[str, Any] = {"cores": os.cpu_count(), "quick": quick}
     if "bring-up" in only:
         figures["bring_up"] = bring_up(sizes, repeats, spawn_repeat)
-        if svg_path:
-            write_growth_picture(figures["bring_up"], svg_path)
-            print(f"  wrote {svg_path}", flush=True)
     if "fixture" in only:
         figures["fixture_path"] = fixture_path(4 if quick else 30, rounds=2 if quick else 5)
     if "reuse" in only:
-        figures["reused_entries"] = reused_entries(5 if quick else 50)
+        figures["reused_entries"] = reused_entries(5 if quick else 50, tuple(s for s in sizes if s <= REUSED_UP_TO),
+                                                   3 if quick else 10)
+    if svg_path and "bring-up" in only:
+        write_growth_picture(figures["bring_up"], svg_path, figures.get("reused_entries", {}).get("by_size", ()))
+        print(f"  wrote {svg_path}", flush=True)
     if "failure" in only:
         figures["failure_latency"] = failure_latency(3 if quick else 5)
     per_call = failpoint_cost()
@@ -611,19 +634,25 @@ def _finish(figures: dict[str, Any], json_path: str | None) -> int:
     return 0
 
 
-def write_growth_picture(rows: list[dict[str, Any]], path: str) -> str:
-    """The bring-up rows as a growth curve: harness against the spawn way."""
+def write_growth_picture(rows: list[dict[str, Any]], path: str, reused: Sequence[dict[str, Any]] = ()) -> str:
+    """The bring-up rows as growth curves, all three ways: the spawn way, a
+    fresh harness world, and (``reused``: the reuse section's ``by_size``)
+    an entry in a reused one."""
     from rpc_harness.plots import write_growth
 
     series = {
-        "rpc-harness (run_world)": [(r["world_size"], r["harness_median_s"]) for r in rows],
+        "rpc-harness, fresh world (run_world)": [(r["world_size"], r["harness_median_s"]) for r in rows],
         "torch.multiprocessing.spawn + init_rpc": [(r["world_size"], r["spawn_median_s"]) for r in rows
                                                    if "spawn_median_s" in r],
     }
+    if reused:
+        series["rpc-harness, an entry in a reused world (rpc_world_module)"] = [
+            (r["world_size"], r["median_s"]) for r in reused]
     biggest = rows[-1]
     notes = [f"{os.cpu_count()} cores, torch CPU; medians. Memory at {biggest['world_size']} ranks: "
              f"{biggest['pss_mb']:.0f} MB PSS a rank, {biggest['world_pss_gb']:.1f} GB for the world."]
-    return write_growth(path, "World up and down, by size", "ranks", "seconds (median)", series, notes)
+    title = "A world up and down, or an entry in a reused one, by size" if reused else "World up and down, by size"
+    return write_growth(path, title, "ranks", "seconds (median)", series, notes)
 
 
 def table(figures: dict[str, Any]) -> str:
@@ -651,6 +680,14 @@ def table(figures: dict[str, Any]) -> str:
                      f"rpc_sync a rank (median) | {reuse['reused_median_s'] * 1000:.1f} ms "
                      f"({reuse['per_minute']:,.0f} a minute) | "
                      f"{reuse['fresh_median_s']:.3f} s | {reuse['fresh_median_s'] / reuse['reused_median_s']:.0f}x |")
+        fresh_by_size = {r["world_size"]: r["harness_median_s"] for r in figures.get("bring_up", [])}
+        for point in reuse.get("by_size", []):
+            # Against a fresh world of that size from the bring-up section (run_world), when there is one.
+            size, median = point["world_size"], point["median_s"]
+            fresh = (f"{fresh_by_size[size]:.3f} s | {fresh_by_size[size] / median:.0f}x" if size in fresh_by_size
+                     else " | ")
+            lines.append(f"| entry in a reused {size}-rank world / a fresh {size}-rank world (run_world), one "
+                         f"rpc_sync a rank (median) | {median * 1000:.1f} ms | {fresh} |")
     for row in figures.get("bring_up", []):
         lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "
                      f"{row['pss_mb']:.0f} / {row['uss_mb']:.0f} MB, {row['world_pss_gb']:.2f} GB | | |")

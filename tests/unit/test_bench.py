@@ -13,7 +13,8 @@ def test_the_table_quotes_every_figure():
                       "world_pss_gb": 4.0}],
         "fixture_path": {"median_s": 0.2, "plain_median_s": 0.21, "first_s": 5.0, "plain_first_s": 5.1},
         "reused_entries": {"reused_median_s": 0.0096, "fresh_median_s": 0.233, "runs": 50, "first_s": 3.2,
-                           "per_minute": 6250.0},
+                           "per_minute": 6250.0, "by_size": [{"world_size": 4, "median_s": 0.0101, "runs": 10},
+                                                             {"world_size": 64, "median_s": 0.05, "runs": 10}]},
         "failure_latency": {"median_s": 0.04, "max_s": 0.05},
         "unarmed_failpoint_ns": 110.0,
         "rpc_recording": {"plain_us": 340.0, "recorded_us": 365.0, "added_us": 25.0},
@@ -29,6 +30,10 @@ def test_the_table_quotes_every_figure():
     assert "| memory at 256 ranks: per rank PSS / USS (median), world PSS | 16 / 15 MB, 4.00 GB |" in text
     assert ("| entry in a reused 4-rank world (rpc_world_module) / in a fresh one (rpc_world), one rpc_sync a "
             "rank (median) | 9.6 ms (6,250 a minute) | 0.233 s | 24x |") in text
+    assert ("| entry in a reused 4-rank world / a fresh 4-rank world (run_world), one rpc_sync a rank (median) "
+            "| 10.1 ms | 0.170 s | 17x |") in text
+    assert "| entry in a reused 64-rank world / a fresh 64-rank world (run_world), one rpc_sync a rank (median) " \
+           "| 50.0 ms |  |  |" in text, "no fresh world of that size measured"
     assert "| rank death -> failure report (median / max) | 40 / 50 ms |" in text
     assert "| unarmed failpoint | 110 ns/call |" in text
     assert "| 340 / 25 us |" in text
@@ -88,3 +93,18 @@ def test_the_table_gives_each_race_and_way_of_running_its_median_worst_and_pcts_
     assert "| pipeline order (24, 10) | pct:2 | median 2, worst > 5 | 40% of 45 | 0.42% |" in text
     assert "| pipeline order (24, 10) | pct:3 | median 2, worst > 5 | 40% of 45 | 0.017% |" in text, "never 0.00%"
     assert "| pipeline order (24, 10) | free | median > 5, worst > 5 | 0% of 100 |  |" in text
+
+
+def test_the_bring_up_picture_draws_all_three_ways(tmp_path):
+    rows = [{"world_size": 2, "harness_median_s": 0.11, "spawn_median_s": 1.4, "pss_mb": 90.0,
+             "world_pss_gb": 0.18},
+            {"world_size": 16, "harness_median_s": 0.64, "spawn_median_s": 14.5, "pss_mb": 27.0,
+             "world_pss_gb": 0.42}]
+    reused = [{"world_size": 2, "median_s": 0.006, "runs": 10}, {"world_size": 16, "median_s": 0.03, "runs": 10}]
+    svg = (tmp_path / "three.svg")
+    bench.write_growth_picture(rows, str(svg), reused)
+    text = svg.read_text()
+    for name in ("fresh world (run_world)", "spawn + init_rpc", "an entry in a reused world (rpc_world_module)"):
+        assert name in text, name
+    bench.write_growth_picture(rows, str(tmp_path / "two.svg"))
+    assert "reused world" not in (tmp_path / "two.svg").read_text(), "no reuse section run: two curves"
