@@ -240,6 +240,11 @@ def test_no_driver_is_no_initialized_driver(monkeypatch):
 def test_the_first_module_after_which_the_driver_is_initialized_is_the_culprit(monkeypatch):
     driver = _FakeDriver(False)
     monkeypatch.setattr(_cuda_fork.ctypes, "CDLL", lambda name: driver)
+    # What the forkserver sets in its own environment: put back here, for
+    # the worlds this worker starts later (their forkserver inherits it).
+    for name in (_cuda_fork.NVML_ENV, _cuda_fork.CULPRITS_ENV, _cuda_fork.DRIVER_CULPRITS_ENV):
+        monkeypatch.setenv(name, "")  # recorded, so that teardown restores what was there (or nothing)
+        monkeypatch.delenv(name)
     watch = _cuda_fork.PreloadWatch()
     watch.start()
     try:
