@@ -198,6 +198,7 @@ def test_a_rank_whose_pipe_broke_is_skipped_not_raised_on():
     link = link_of(FakeConn(broken=True), None, now=now)
     link.scheduler.send(0, msg.Release())
     link.scheduler.send(1, msg.Release())
+    link.scheduler.send(2, msg.Release())  # one past the ranks the link has
     link.scheduler.send(7, msg.Release())
     assert link.waitables({0, 1}) == {link.conns[0]: 0}
 
@@ -217,8 +218,8 @@ def test_a_stall_is_named_only_after_its_seconds_and_only_while_no_rank_thread_c
     now = [100.0]
     link = link_of(FakeConn(msg.Begin("a", "main", "start")), FakeConn(), now=now)
     link.drain(0)  # rank 1's entry never begins: the scheduler waits for it
-    runnable = [True]
-    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: runnable[0])
+    runnable, asked = [True], []
+    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: asked.append(pids) or runnable[0])
     now[0] += _schedule_link.STALL_SECONDS - 0.1
     assert link.stalled([1, 2]) is None, "not yet"
     now[0] += 0.2
@@ -227,16 +228,91 @@ def test_a_stall_is_named_only_after_its_seconds_and_only_while_no_rank_thread_c
     assert link.stalled([1, 2]) is None, "its look reset the clock"
     now[0] += _schedule_link.STALL_SECONDS
     assert link.stalled([1, 2]) == "ranks [1] have not started their entry"
+    assert asked and all(pids == [1, 2] for pids in asked), "the ranks' own processes are looked at"
+
+
+def waiting_on_a_condition(now: list[float]) -> _schedule_link.ScheduleLink:
+    """A one-rank world whose only task waits, with no timeout, on a
+    condition nobody will notify: quiet, with a waiter and nothing ready."""
+    link = link_of(FakeConn(), now=now)
+    link.scheduler.on_message(0, msg.Begin("a", "main", "start"))
+    link.scheduler.decide()
+    link.scheduler.on_message(0, msg.Block("a", "cond.wait", ("cond", 1), None))
+    link.scheduler.decide()
+    return link
+
+
+def test_a_world_whose_every_task_waits_is_called_stalled_naming_the_waits(monkeypatch):
+    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: False)
+    now = [0.0]
+    link = waiting_on_a_condition(now)
+    assert link.stalled([1]) is None
+    now[0] += _schedule_link.STALL_SECONDS
+    assert link.stalled([1]) == "every task waits: a (main) at cond.wait"
 
 
 def test_a_world_that_runs_free_is_never_called_stalled(monkeypatch):
+    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: False)
     now = [0.0]
     link = link_of(FakeConn(msg.Begin("a", "main", "start")), FakeConn(), now=now)
     link.drain(0)
     link.scheduler.release("for the test")
-    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: False)
     now[0] += 10 * _schedule_link.STALL_SECONDS
     assert link.stalled([]) is None
+    waits = waiting_on_a_condition(now)
+    waits.scheduler.release("for the test")
+    now[0] += 10 * _schedule_link.STALL_SECONDS
+    assert waits.stalled([]) is None, "a task still waits, but nobody waits for it any more"
+
+
+def test_a_world_whose_tasks_all_ended_is_never_called_stalled(monkeypatch):
+    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: False)
+    now = [0.0]
+    link = link_of(FakeConn(), now=now)
+    link.scheduler.on_message(0, msg.Begin("a", "main", "start"))
+    link.scheduler.decide()
+    link.scheduler.on_message(0, msg.End("a", False, False))
+    now[0] += 10 * _schedule_link.STALL_SECONDS
+    assert link.stalled([]) is None
+
+
+def test_a_stall_is_counted_from_the_links_start_and_from_each_look_that_found_nothing_to_wait_for(monkeypatch):
+    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: False)
+    now = [50.0]
+    link = link_of(FakeConn(), FakeConn(), now=now)  # no entry has begun: it waits for both from the start
+    now[0] += _schedule_link.STALL_SECONDS
+    assert link.stalled([]) == "ranks [0, 1] have not started their entry"
+    quiet = link_of(FakeConn(), now=now)
+    quiet.scheduler.on_message(0, msg.Begin("a", "main", "start"))
+    quiet.scheduler.decide()
+    quiet.scheduler.on_message(0, msg.End("a", False, False))
+    assert quiet.stalled([]) is None  # nothing to wait for: the clock restarts here
+    quiet.scheduler.on_message(0, msg.Begin("0/1", "serving f", "start", "0/1"))  # a late handler, not drained
+    quiet.scheduler.decide()
+    now[0] += _schedule_link.STALL_SECONDS - 0.1
+    assert quiet.stalled([]) is None
+    now[0] += 0.2
+    assert quiet.stalled([]).startswith("0/1 (serving f) has not reached its next scheduling point")
+
+
+def test_a_rank_gone_tells_the_scheduler_how_and_the_next_task_goes():
+    now = [0.0]
+    zero, one = FakeConn(msg.Begin("a", "main", "start")), FakeConn(msg.Begin("b", "main", "start"))
+    link = link_of(zero, one, now=now)
+    link.drain(0)
+    link.drain(1)
+    first = (zero.sent + one.sent)[0].task
+    gone, other = (0, one) if first == "a" else (1, zero)
+    other.sent.clear()
+    link.rank_gone(gone)
+    scheduler = link.scheduler
+    assert scheduler.gone == {gone} and not scheduler.frozen and not scheduler.halted, "died as planned"
+    assert [m.task for m in other.sent] == ["b" if gone == 0 else "a"], "the other task is let go at once"
+    link.rank_gone(1 - gone, frozen=True)
+    assert scheduler.frozen == {1 - gone} and not scheduler.halted
+    surprise = link_of(FakeConn(), FakeConn(), now=now)
+    surprise.rank_gone(1, unexpected=True)
+    assert surprise.scheduler.halted and surprise.scheduler.gone == {1}, "a death the plan did not ask for"
 
 
 def test_closing_the_link_closes_every_pipe_once():
@@ -247,8 +323,28 @@ def test_closing_the_link_closes_every_pipe_once():
     assert conns[0].closed and conns[2].closed and link.conns == [None, None, None]
 
 
-def test_a_process_with_a_running_thread_is_runnable_and_a_gone_one_is_not(tmp_path, monkeypatch):
+def test_a_process_with_a_running_thread_is_runnable_and_a_gone_one_is_not():
     import os
 
     assert _schedule_link._any_runnable([os.getpid()]), "this test's own thread is running"
     assert not _schedule_link._any_runnable([2 ** 22 + 12345]), "no such process"
+    assert _schedule_link._any_runnable([2 ** 22 + 12345, os.getpid()]), "a gone process is passed over"
+
+
+def test_a_threads_state_is_read_after_its_name_whatever_the_name_holds(monkeypatch):
+    # /proc/PID/task/TID/stat: "TID (NAME) STATE ...", and NAME may hold ") ".
+    import io
+
+    stats = {"/proc/1/task/10/stat": "10 (odd) name) S 1 2", "/proc/1/task/11/stat": None,
+             "/proc/1/task/12/stat": "12 (a) b) c) R 1 2"}
+
+    def fake_open(path, *args, **kwargs):
+        if stats.get(path) is None:
+            raise FileNotFoundError(path)  # a thread that ended between the listing and the read
+        return io.StringIO(stats[path])
+
+    monkeypatch.setattr(_schedule_link.os, "listdir", lambda path: ["10", "11", "12"])
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert _schedule_link._any_runnable([1]), "the third thread runs"
+    stats["/proc/1/task/12/stat"] = "12 (R) S 1 2"
+    assert not _schedule_link._any_runnable([1]), "R in a name is not a state"
