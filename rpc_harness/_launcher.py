@@ -171,6 +171,7 @@ def run_world(
     fuzz: float | None = None,
     env: Mapping[str, str] | None = None,
     isolate: bool | None = None,
+    rendezvous: str | None = None,
     schedule: str | None = None,
     devices: Sequence[str] | str | None = None,
     setup: Callable[[], Any] | str | None = None,
@@ -215,6 +216,7 @@ def spawn(
     fuzz: float | None = None,
     env: Mapping[str, str] | None = None,
     isolate: bool | None = None,
+    rendezvous: str | None = None,
     schedule: str | None = None,
     devices: Sequence[str] | str | None = None,
     setup: Callable[[], Any] | str | None = None,
@@ -311,7 +313,8 @@ def launch(
         )
     # The torch private names the harness hooks, checked once per process.
     _torch_check.require(faulty_agent=uses_faulty_agent(spec.options.faults, spec.options.fuzz),
-                         retry_log=any(fault.kind == "msgfail" for fault in spec.options.faults))
+                         retry_log=any(fault.kind == "msgfail" for fault in spec.options.faults),
+                         store_rendezvous=spec.options.rendezvous == "store")
     workdir = _workdirs.make()
     netns = None
     try:

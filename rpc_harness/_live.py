@@ -283,7 +283,7 @@ class LiveWorld:
         return result
 
     def _bring_up(self, spec: WorldSpec) -> bool:
-        _torch_check.require(reused=True)
+        _torch_check.require(reused=True, store_rendezvous=spec.options.rendezvous == "store")
         self._workdir = _workdirs.make()
         _OPEN.add(self)
         self._netns, isolation = world_namespace(spec.options.isolate)

@@ -36,6 +36,7 @@ from . import (
     _gate,
     _lifecycle,
     _msgfaults,
+    _rendezvous,
     _rpc_hooks,
     _stackdump,
 )
@@ -52,6 +53,7 @@ from .seeds import seed_everything
 # here on (preloaded test modules, the program's) bind the wrapped RPC API.
 _rpc_hooks.install()
 _lifecycle.install()
+_rendezvous.install()  # off until the rank chooses (rpc_harness._rendezvous)
 _devices.install()  # a spawned program's device maps: CUDA channels, or refused where there is no CUDA
 # A rank arms its stack dump on SIGUSR1 as it starts (main). Asked for its
 # stacks before that, because a peer failed while it was still starting, it
@@ -101,6 +103,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         deadline=options.deadline,
     )
     activate(ctx)
+    _rendezvous.choose(options.rendezvous)  # torch's Gloo group, or the world's store in its place
     # Before anything touches CUDA (seeding may); raised where failures are reported.
     fork_error = _cuda_fork.rank_fork_error(wants_cuda=bool(options.devices))  # devices are CUDA ones
     if fork_error is None:

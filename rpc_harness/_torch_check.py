@@ -39,6 +39,7 @@ FAULTY_AGENT = "the faulty agent"  # worlds with msgfail/msgdelay faults, or sch
 RETRY_LOG = "the retry log"  # worlds with msgfail faults
 ACCELERATOR = "torch.accelerator"  # none: without it a rank seeds CUDA's generators (rpc_harness.seeds)
 REUSE_CHECKS = "the debug counts"  # what reused worlds check between entries (rpc_harness._clean)
+STORE_RENDEZVOUS = "the Gloo group's place in init_rpc"  # worlds with rendezvous="store" (rpc_harness._rendezvous)
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,47 @@ def _optimizer_step() -> None:
     raise Mismatch("torch.distributed.optim defines no DistributedOptimizer")
 
 
+_REGISTRY = "torch.distributed.rpc.backend_registry"
+# What torch's TensorPipe init does with its Gloo group, in order: builds it,
+# gathers the device maps through it, waits at its barrier. Nothing else.
+GROUP_USES = ("_init_process_group", "_tensorpipe_exchange_and_check_all_device_maps", "barrier")
+
+
+def _store_rendezvous() -> None:
+    """What rpc_harness._rendezvous replaces and calls, and that torch's
+    TensorPipe init uses its group for nothing more (read from its source)."""
+    _parameters(f"{_REGISTRY}._init_process_group", ("store", "rank", "world_size"))
+    _parameters(f"{_REGISTRY}._tensorpipe_exchange_and_check_all_device_maps",
+                ("my_name", "my_device_count", "my_device_maps", "my_devices", "group"))
+    _parameters(f"{_REGISTRY}._validate_device_maps",
+                ("all_names", "all_device_counts", "all_device_maps", "all_devices"))
+    _parameters(f"{_REGISTRY}._create_reverse_mapping", ("my_name", "all_names", "all_device_maps"))
+    _parameters(f"{_REGISTRY}._create_device_list", ("my_devices", "my_device_maps", "reverse_device_maps"))
+    _get("torch.distributed.rpc.constants.DEFAULT_PROCESS_GROUP_TIMEOUT")
+    uses = group_uses(inspect.getsource(_get(f"{_REGISTRY}._tensorpipe_init_backend_handler")))
+    if tuple(uses) != GROUP_USES:
+        raise Mismatch(f"_tensorpipe_init_backend_handler uses its group for {', '.join(uses) or 'nothing'}; "
+                       f"the store stands in for {', '.join(GROUP_USES)}")
+
+
+def group_uses(source: str) -> list[str]:
+    """What a function's source does with its ``group``, in order: the call
+    that makes it, the calls it is passed to, the attributes read off it."""
+    import textwrap
+
+    found: list[tuple[int, int, str]] = []
+    for node in ast.walk(ast.parse(textwrap.dedent(source))):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "group" for t in node.targets):
+            made_by = node.value.func if isinstance(node.value, ast.Call) else node.value
+            found.append((node.lineno, node.col_offset, ast.unparse(made_by)))
+        elif isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == "group"
+                                                for a in (*node.args, *(k.value for k in node.keywords))):
+            found.append((node.lineno, node.col_offset, ast.unparse(node.func)))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "group":
+            found.append((node.lineno, node.col_offset, node.attr))
+    return [use for _, _, use in sorted(found)]
+
+
 def _accelerator() -> None:
     _callable("torch.accelerator.is_available")()
 
@@ -352,6 +394,9 @@ PIECES: tuple[Piece, ...] = (
           _callable("torch.distributed.autograd._get_debug_info"), feature=REUSE_CHECKS),
     Piece("torch._C._distributed_rpc.RpcAgent.get_debug_info", "a reused world's calls issued and served",
           _callable("torch._C._distributed_rpc.RpcAgent.get_debug_info"), feature=REUSE_CHECKS),
+    Piece(f"{_REGISTRY}._init_process_group",
+          "the world's store stands in for the Gloo group of TensorPipe's init_rpc (rendezvous='store')",
+          _store_rendezvous, feature=STORE_RENDEZVOUS),
     Piece("torch.distributed.rpc._testing.FaultyTensorPipeRpcBackendOptions",
           "message faults (msgfail, msgdelay) and schedule fuzzing run torch's faulty agent", _faulty_agent,
           feature=FAULTY_AGENT),
@@ -394,11 +439,13 @@ def forget() -> None:
     _findings = None
 
 
-def require(*, faulty_agent: bool = False, retry_log: bool = False, reused: bool = False) -> None:
+def require(*, faulty_agent: bool = False, retry_log: bool = False, reused: bool = False,
+            store_rendezvous: bool = False) -> None:
     """Raise :class:`Unsupported` if this torch lacks a piece every world
     needs, or one this world needs (``faulty_agent``: it runs torch's faulty
     agent; ``retry_log``: it counts msgfail sends; ``reused``: a reused
-    world, which checks torch's own counts between entries)."""
+    world, which checks torch's own counts between entries;
+    ``store_rendezvous``: its ranks meet through its store, not Gloo)."""
     found = findings()
     required = found.required()
     if required:
@@ -410,7 +457,10 @@ def require(*, faulty_agent: bool = False, retry_log: bool = False, reused: bool
         )
     for wanted, feature, what in ((faulty_agent, FAULTY_AGENT, "message faults (msgfail, msgdelay) or fuzz"),
                                   (retry_log, RETRY_LOG, "msgfail faults"),
-                                  (reused, REUSE_CHECKS, "entries that share it (rpc_world_module, rpc_world_session)")):
+                                  (reused, REUSE_CHECKS, "entries that share it (rpc_world_module, rpc_world_session)"),
+                                  (store_rendezvous, STORE_RENDEZVOUS,
+                                   "ranks that meet through its store (rendezvous='store', the default; "
+                                   "rendezvous='gloo' is torch's own way)")):
         lacking = found.lacking(feature) if wanted else []
         if lacking:
             raise Unsupported(

@@ -116,6 +116,21 @@ def check_isolate(value: Any, where: str) -> bool:
     return value
 
 
+# How a world's ranks meet in init_rpc (rpc_harness._rendezvous): through the
+# world's store, or through the Gloo group torch builds for it.
+RENDEZVOUS = {
+    "store": "the default: the world's store does what torch's Gloo group does in init_rpc",
+    "gloo": "torch's own: a Gloo group over every pair of ranks",
+}
+
+
+def check_rendezvous(value: Any, where: str) -> str:
+    if value not in RENDEZVOUS:
+        raise WorldSpecError(f"{where}: invalid rendezvous {clip(value)}; use one of: "
+                             + "; ".join(f"{name!r} ({meaning})" for name, meaning in RENDEZVOUS.items()))
+    return value
+
+
 def check_setup(value: Any, where: str) -> EntryRef:
     """A function every rank calls with no arguments before its entry."""
     if isinstance(value, EntryRef):
@@ -308,6 +323,11 @@ class WorldOptions:
     isolate: bool | None = option(
         None, check=check_isolate,
         help="a network namespace of the world's own: None where possible, True or error, False never")
+    rendezvous: str = option(
+        "store", check=check_rendezvous, parse=str, flag="--rpc-rendezvous", marker=True, token="rv",
+        help="how the ranks meet in init_rpc: store (the default: the world's store gathers the device maps and "
+             "is the barrier, for which torch builds a Gloo group over every pair of ranks) or gloo (torch's own "
+             "group); the agent and every RPC are torch's either way")
     schedule: str = option(
         "free", check=check_schedule, parse=str, flag="--rpc-schedule", marker=True, token="sch",
         command_line="--schedule",

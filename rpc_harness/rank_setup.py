@@ -99,9 +99,9 @@ def rpc_backend(
         for kind in ("PYTHON_CALL", "PYTHON_REMOTE_CALL", "SCRIPT_CALL", "SCRIPT_REMOTE_CALL"):
             rng_seed = derive_seed(ctx.world_seed, "fuzz-msg", ctx.rank, kind)
             to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * ctx.fuzz)
-    # One backend per world: plain TensorPipe's init joins a Gloo group that the
-    # faulty backend never creates, so a world that mixed them would deadlock in
-    # init_rpc. Ranks without message faults get the faulty agent with nothing armed.
+    # One backend per world: plain TensorPipe's init meets its peers in a group
+    # (Gloo's, or the world's store in its place: _rendezvous) that the faulty
+    # backend never joins, so a world that mixed them would deadlock in init_rpc. Ranks without message faults get the faulty agent with nothing armed.
     # Its options cannot choose TensorPipe's transports: such worlds keep shared
     # memory, and with it a limit of 33 ranks (options.MAX_FAULTY_WORLD_SIZE).
     if uses_faulty_agent(ctx.faults, ctx.fuzz):

@@ -103,7 +103,7 @@ def test_unknown_world_options_are_refused():
 # and the fixture test below then checks that it reaches the world.
 SAMPLES = {
     "seed": 7, "deadline": 5.0, "bringup": 6.0, "rpc_timeout": 4.0, "faults": "kill:worker1@x.step#2",
-    "failpoints": ["x.step"], "fuzz": 0.01, "env": {"A": "1"}, "isolate": False,
+    "failpoints": ["x.step"], "fuzz": 0.01, "env": {"A": "1"}, "isolate": False, "rendezvous": "gloo",
     "setup": "programs.fake_dataset:use_fake_dataset", "schedule": "pct:2", "devices": "cuda",
     "expect": "unfinished",
 }

@@ -105,6 +105,37 @@ def test_the_debug_counts_missing_fail_only_reused_worlds(monkeypatch):
     assert "torch.distributed.autograd._get_debug_info" in message
 
 
+def test_torchs_tensorpipe_init_uses_its_gloo_group_only_for_what_the_store_does_for_it():
+    from torch.distributed.rpc import backend_registry
+
+    assert _torch_check.group_uses(_torch_check.inspect.getsource(
+        backend_registry._tensorpipe_init_backend_handler)) == list(_torch_check.GROUP_USES)
+
+
+def _handler_that_hands_its_group_to_the_agent(store, name, rank, world_size, options, agent_type=None):
+    group = backend_registry_of_old._init_process_group(store, rank, world_size)  # noqa: F821 - read, never run
+    reverse_maps, devices = backend_registry_of_old._tensorpipe_exchange_and_check_all_device_maps(  # noqa: F821
+        name, 0, {}, [], group)
+    agent = agent_type(store, name, rank, world_size, options, group)
+    group.barrier().wait()
+    return agent
+
+
+def test_a_torch_whose_init_uses_its_group_for_more_fails_only_the_worlds_that_replace_it(monkeypatch):
+    from torch.distributed.rpc import backend_registry
+
+    monkeypatch.setattr(backend_registry, "_tensorpipe_init_backend_handler",
+                        _handler_that_hands_its_group_to_the_agent)
+    _torch_check.require()  # a world on torch's own path (rendezvous="gloo")
+    with pytest.raises(Unsupported) as refused:
+        _torch_check.require(store_rendezvous=True)
+    message = str(refused.value)
+    assert "this world has ranks that meet through its store (rendezvous='store', the default; rendezvous='gloo' " \
+           "is torch's own way), which need the Gloo group's place in init_rpc of torch" in message
+    assert ("_tensorpipe_init_backend_handler uses its group for backend_registry_of_old._init_process_group, "
+            "backend_registry_of_old._tensorpipe_exchange_and_check_all_device_maps, agent_type, barrier") in message
+
+
 def test_a_world_with_message_faults_is_refused_at_launch_when_the_faulty_agent_is_missing(monkeypatch):
     import torch.distributed.rpc._testing as faulty
 
