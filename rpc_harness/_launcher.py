@@ -190,7 +190,10 @@ def run_world(
     :class:`~rpc_harness.progress.Progress` the ranks report, as they report it.
     ``isolate`` puts the ranks in a network namespace of their own: None
     (the default) where the machine allows it, True or error, False never
-    (for ranks that must reach a service on the host).
+    (for ranks that must reach a service on the host). ``rendezvous``:
+    ``"store"`` (the default) has the ranks meet in ``init_rpc`` through the
+    world's store where torch would build a Gloo group for it, ``"gloo"`` is
+    torch's own way (``rpc_harness._rendezvous`` says what is replaced).
     """
     __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
     spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs, repro=repro, **arguments(locals()))
