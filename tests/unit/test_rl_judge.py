@@ -9,16 +9,17 @@ import pytest
 import torch
 
 import rpc_harness
+from rpc_harness.gradcheck import Mismatch
 from rpc_harness.result import HUNG, KILLED, OK, RAISED
 from rpc_harness.scenarios import rl
+from rpc_harness.scenarios._device import GPU_ATOL, GPU_RTOL
 from rpc_harness.scenarios.rl.agent import Episode, Records
 from rpc_harness.scenarios.rl.config import JUDGE_MIN_EPISODES, JUDGE_MIN_OBSERVERS
 from rpc_harness.scenarios.rl.judge import compare, contract, judge_outcome, outcome, records
 
-NAMES = rl.names(3)  # agent, observer1, observer2
-
 
 def world(statuses=(OK, OK, OK), value=None, timed_out=False):
+    names = rl.names(len(statuses))
     ranks = [
         rpc_harness.RankOutcome(
             i,
@@ -28,10 +29,10 @@ def world(statuses=(OK, OK, OK), value=None, timed_out=False):
             error="ValueError: x" if status == RAISED else None,
             signal="SIGKILL",
         )
-        for i, (name, status) in enumerate(zip(NAMES, statuses, strict=True))
+        for i, (name, status) in enumerate(zip(names, statuses, strict=True))
     ]
     return rpc_harness.WorldResult(
-        names=NAMES,
+        names=names,
         seed=0,
         faults=rpc_harness.FaultPlan(),
         deadline=60.0,
@@ -80,6 +81,44 @@ def test_a_failed_world_fails_the_contract_naming_its_failed_ranks():
     assert "; rank 2 (observer2): " in verdict.note
 
 
+def test_a_failed_world_names_at_most_four_of_its_failed_ranks():
+    w = world((OK, RAISED, RAISED, RAISED, RAISED, RAISED))
+    verdict = contract(w, runs(), rl.Config())
+    assert verdict.ok is False
+    assert verdict.note == "the world failed: " + "; ".join(r.describe() for r in w.ranks[1:5])
+    assert "observer5" not in verdict.note
+
+
+def test_observers_killed_and_dropped_are_each_named_with_their_episode_and_the_survivors_listed():
+    w = world((OK, OK, KILLED, OK, KILLED))
+    verdict = contract(w, runs(3, dropped={"observer4": 3, "observer2": 2}), rl.Config())
+    assert verdict == rl.judge.Verdict(
+        True,
+        "observer2 died and was dropped at episode 2, observer4 died and was dropped at episode 3; "
+        "the agent finished 3 episodes with observer1, observer3",
+        {"dropped": {"observer2": 2, "observer4": 3}},
+    )
+    assert verdict.ok is True
+
+
+@pytest.mark.parametrize(
+    ("statuses", "dropped", "killed_and_dropped"),
+    [
+        ((OK, OK, KILLED), {}, "killed observers ['observer2'] but the agent dropped []"),
+        ((OK, OK, OK), {"observer1": 2}, "killed observers [] but the agent dropped ['observer1']"),
+    ],
+)
+def test_an_agent_that_dropped_other_observers_than_the_dead_breaks_the_contract_stating_the_rule(
+    statuses, dropped, killed_and_dropped
+):
+    verdict = contract(world(statuses), runs(3, dropped=dropped), rl.Config())
+    assert verdict.ok is False
+    assert (
+        verdict.note
+        == f"{killed_and_dropped}: a dead observer must be dropped, and only a dead one"
+    )
+
+
 def test_a_timed_out_world_with_no_failed_rank_names_those_not_killed():
     verdict = contract(world((OK, OK, KILLED), timed_out=True), runs(), rl.Config())
     assert verdict == rl.judge.Verdict(
@@ -90,6 +129,14 @@ def test_a_timed_out_world_with_no_failed_rank_names_those_not_killed():
 def test_an_agent_without_records_fails_the_contract():
     assert contract(world(), None, rl.Config()) == rl.judge.Verdict(
         False, "the agent returned no training records"
+    )
+
+
+def test_an_agent_killed_before_it_returned_its_records_fails_the_contract_saying_it_was_killed():
+    verdict = contract(world((KILLED, OK, OK)), None, rl.Config())
+    assert verdict.ok is False
+    assert verdict.note == (
+        "the agent returned no training records (rank 0 (agent): killed by SIGKILL as the fault plan asked)"
     )
 
 
@@ -152,6 +199,7 @@ def test_the_outcome_carries_the_histories_and_details():
     actual = runs(3, dropped={"observer2": 2})
     result = outcome(actual, runs(2), rl.Config())
     assert (result.ok, result.metric, result.steps) == (True, 2.0, 3)
+    assert result.note == judge_outcome(actual)[1]
     assert result.history == [0.0, 1.0, 2.0] and result.baseline_history == [0.0, 1.0]
     assert result.details == {
         "episodes": 3,
@@ -192,12 +240,46 @@ def test_episodes_only_one_side_has_are_compared_as_missing():
     result = compare(with_grads(1.0), with_grads(1.0, 2.0), rl.Config(), seed=1)
     assert (result.checked, result.expected, len(result.mismatches)) == (1, 2, 1)
     assert result.details["bit_exact"] is False
-    dropped = with_grads(1.0)
-    dropped.dropped = {"observer2": 1}
-    assert (
-        compare(dropped, with_grads(1.0), rl.Config(), seed=1)
-        .details["grad_check"]
-        .startswith(
-            "every episode's gradients against a baseline that replays the drop schedule (observer2 from episode 1)"
-        )
+
+
+def test_a_mismatch_names_the_scenario_episode_agent_seed_and_the_configs_tolerances():
+    config = rl.Config(rtol=1e-3, atol=1e-4)
+    result = compare(with_grads(1.0, 2.0), with_grads(1.0, 2.5), config, seed=7)
+    assert result.mismatches == [
+        Mismatch("rl", "episode 2", "agent", "w", 0.5, 0.2, atol=1e-4, rtol=1e-3, seed=7)
+    ]
+    assert result.max_diff == 0.5
+    assert result.details == {
+        "bit_exact": False,
+        "tolerance": {"rtol": 1e-3, "atol": 1e-4, "device": "cpu"},
+        "grad_check": "every episode's gradients against the single-process baseline",
+    }
+
+
+def test_a_run_with_more_episodes_than_the_baseline_is_a_mismatch_for_each_extra_episode():
+    result = compare(with_grads(1.0, 2.0, 3.0), with_grads(1.0), rl.Config(), seed=1)
+    assert [(m.step, m.param) for m in result.mismatches] == [
+        ("episode 2", "w (missing in the baseline)"),
+        ("episode 3", "w (missing in the baseline)"),
+    ]
+    assert (result.checked, result.expected, result.details["bit_exact"]) == (1, 1, False)
+
+
+def test_a_run_on_cuda_is_compared_with_the_gpu_tolerances():
+    actual = with_grads(1.0)
+    actual.device = "cuda:0"
+    close = with_grads(1.0 + GPU_ATOL / 2)
+    result = compare(actual, close, rl.Config(), seed=1)
+    assert result.mismatches == []
+    assert result.details["tolerance"] == {"rtol": GPU_RTOL, "atol": GPU_ATOL, "device": "cuda:0"}
+
+
+def test_a_comparison_with_observers_dropped_says_it_replays_each_drop_and_checks_every_episode():
+    actual = with_grads(1.0, 2.0)
+    actual.dropped = {"observer3": 2, "observer2": 1}
+    assert compare(actual, with_grads(1.0, 2.0), rl.Config(), seed=1).details["grad_check"] == (
+        "every episode's gradients against a baseline that replays the drop schedule "
+        "(observer2 from episode 1, observer3 from episode 2): the survivors' environments and RNG "
+        "streams do not depend on the dead observer, so episodes after the death are checked too, "
+        "not only those before it"
     )
