@@ -11,8 +11,10 @@ import torch
 
 import rpc_harness
 from rpc_harness.events import FaultFired
+from rpc_harness.gradcheck import Mismatch
 from rpc_harness.result import HUNG, KILLED, OK, RAISED
 from rpc_harness.scenarios import parameter_server as ps
+from rpc_harness.scenarios._device import GPU_ATOL, GPU_RTOL
 from rpc_harness.scenarios.parameter_server.baseline import BaselineRun, BaselineStep
 from rpc_harness.scenarios.parameter_server.judge import compare, contract, outcome, records
 
@@ -20,10 +22,18 @@ J = ps.judge
 PS = J.PS_NAME  # "parameter_server"
 
 
-def rank(index, name, status=OK, value=None, error=None, events=()):
+def rank(index, name, status=OK, value=None, error=None, events=(), output=""):
     return rpc_harness.RankOutcome(
-        index, name, status=status, value=value, error=error, events=list(events)
+        index, name, status=status, value=value, error=error, events=list(events), output=output
     )
+
+
+# Twelve lines a failed rank printed: a failing verdict's report shows its last ten.
+TWELVE_LINES = "".join(f"printed line {i:02}\n" for i in range(1, 13))
+
+
+def shows_the_last_ten_printed_lines(note):
+    return "printed line 03" in note and "printed line 02" not in note
 
 
 def world(ranks, faults="", deadline=60.0, timed_out=False):
@@ -127,19 +137,73 @@ def test_log_problems_alone_fail_the_contract_without_a_report():
     )
 
 
+def test_a_live_server_without_a_log_in_a_hung_world_names_every_problem_and_appends_the_report():
+    w = world(
+        [
+            rank(0, PS),
+            rank(1, "trainer1", status=HUNG, output=TWELVE_LINES),
+            rank(2, "trainer2"),
+        ],
+        deadline=7,
+        timed_out=True,
+    )
+    verdict = contract(w, None, CONFIG)
+    assert verdict.ok is False
+    assert verdict.note == (
+        "the world hung until its deadline of 7s; rank 1 (trainer1): had not joined the RPC world "
+        "when the bring-up budget ran out; the server returned no log\n" + w.report(output_lines=10)
+    )
+    assert shows_the_last_ten_printed_lines(verdict.note)
+
+
+def test_a_failed_trainer_beside_a_live_server_fails_the_contract_with_the_report():
+    w = world(
+        [
+            rank(0, PS),
+            rank(1, "trainer1"),
+            rank(2, "trainer2", status=RAISED, error="ValueError: x", output=TWELVE_LINES),
+        ]
+    )
+    only_one = [("trainer1", 0), ("trainer1", 1)]
+    verdict = contract(w, J.Records(log(only_one), {"trainer1": {}}), CONFIG)
+    assert verdict.ok is False
+    assert verdict.note == (
+        "rank 2 (trainer2): raised ValueError: x (while starting)\n" + w.report(output_lines=10)
+    )
+    assert shows_the_last_ten_printed_lines(verdict.note)
+
+
+def test_trainers_killed_as_planned_are_all_named():
+    w = world(
+        [
+            rank(0, PS),
+            rank(1, "trainer1"),
+            rank(2, "trainer2", status=KILLED),
+            rank(3, "trainer3", status=KILLED),
+        ]
+    )
+    only_one = [("trainer1", 0), ("trainer1", 1)]
+    verdict = contract(
+        w, J.Records(log(only_one, dead=["trainer2", "trainer3"]), {"trainer1": {}}), CONFIG
+    )
+    assert verdict.ok is True
+    assert verdict.note == "1 trainer(s) finished; trainer2, trainer3 killed as planned"
+
+
 def killed_server(
     raise_after,
     error="RuntimeError: 'parameter_server' died",
     deadline=60.0,
     status=RAISED,
     kill=True,
+    output="",
 ):
     fired = FaultFired(100.0, 0, "kill:parameter_server@ps.step#1", "kill", "ps.step", 1).as_event()
     raised = {"t": 100.0 + raise_after, "rank": 1, "kind": "raised", "error": error}
     return world(
         [
             rank(0, PS, status=KILLED, events=[fired] if kill else []),
-            rank(1, "trainer1", status=status, error=error, events=[raised]),
+            rank(1, "trainer1", status=status, error=error, events=[raised], output=output),
             rank(2, "trainer2"),
         ],
         faults="kill:parameter_server@ps.step#1",
@@ -176,6 +240,35 @@ def test_a_killed_server_breaks_the_contract_when_named_late_wrongly_or_not_at_a
     verdict = contract(w, None, CONFIG)
     assert not verdict.ok
     assert verdict.note.startswith(problem), verdict.note
+
+
+def test_a_killed_server_named_late_and_wrongly_fails_with_both_problems_its_latency_and_the_report():
+    w = killed_server(10.5, error="RuntimeError: eof", output=TWELVE_LINES)
+    verdict = contract(w, None, CONFIG)
+    assert verdict == J.Verdict(
+        False,
+        "rank 1 (trainer1) raised without naming 'parameter_server': RuntimeError: eof; "
+        "the first trainer named the dead server only 10.50s after the kill\n"
+        + w.report(output_lines=10),
+        {"attribution_s": 10.5},
+    )
+    assert verdict.ok is False and shows_the_last_ten_printed_lines(verdict.note)
+
+
+def test_a_killed_server_named_fast_by_two_trainers_names_both_and_times_the_first():
+    w = killed_server(0.5)
+    raised = {
+        "t": 100.25,
+        "rank": 2,
+        "kind": "raised",
+        "error": "RuntimeError: 'parameter_server' died",
+    }
+    w.ranks[2] = rank(2, "trainer2", status=RAISED, error=raised["error"], events=[raised])
+    assert contract(w, None, CONFIG) == J.Verdict(
+        True,
+        "server killed; trainer1, trainer2 failed fast naming 'parameter_server'",
+        {"attribution_s": 0.25},
+    )
 
 
 def test_a_killed_server_at_exactly_the_bound_still_meets_it():
@@ -236,6 +329,67 @@ def test_the_comparison_finds_a_different_gradient_loss_and_final_parameter():
     assert result.mismatches[2].step == "final (after 4 steps)" and result.mismatches[2].rank == PS
 
 
+def test_every_mismatch_names_the_scenario_step_rank_and_seed_and_the_configs_tolerances():
+    config = ps.Config(batches=2, rtol=1e-3, atol=1e-4)
+    result = compare(
+        actual([1.0, 1.5, 1.0, 1.0], [0.5, 0.5, 0.75, None], final=2.0),
+        baseline([1.0] * 4, [0.5] * 4, final=1.0),
+        config,
+        seed=3,
+    )
+    tolerance = {"atol": 1e-4, "rtol": 1e-3, "seed": 3}
+    assert result.mismatches == [
+        Mismatch(
+            "ps",
+            "1 (trainer2 batch 0, parameter version 1)",
+            "trainer2",
+            "w",
+            0.5,
+            0.5,
+            **tolerance,
+        ),
+        Mismatch(
+            "ps",
+            "2 (trainer1 batch 1, parameter version 2)",
+            "trainer1",
+            "loss",
+            0.25,
+            0.5,
+            **tolerance,
+            what="loss",
+        ),
+        Mismatch("ps", "final (after 4 steps)", PS, "w", 1.0, 1.0, **tolerance, what="parameter"),
+    ]
+    assert result.max_diff == 1.0
+    assert result.details["tolerance"] == {"rtol": 1e-3, "atol": 1e-4, "device": "cpu"}
+
+
+def test_a_log_from_cuda_is_compared_with_the_gpu_tolerances_and_a_log_without_a_device_is_from_the_cpu():
+    # 5e-5 off: past the CPU tolerance at 1.0 (1.1e-5), within the GPU one (1.1e-4).
+    close = [1.0, 1.0, 1.0, 1.0 + 5e-5]
+    on_cuda = compare(
+        actual(close, [0.5] * 4, device="cuda:0"), baseline([1.0] * 4, [0.5] * 4), CONFIG, seed=3
+    )
+    assert on_cuda.mismatches == []
+    assert on_cuda.details["tolerance"] == {"rtol": GPU_RTOL, "atol": GPU_ATOL, "device": "cuda:0"}
+    unnamed = actual(close, [0.5] * 4)
+    del unnamed.log["device"]
+    on_cpu = compare(unnamed, baseline([1.0] * 4, [0.5] * 4), CONFIG, seed=3)
+    assert [m.step for m in on_cpu.mismatches] == ["3 (trainer2 batch 1, parameter version 3)"]
+    assert on_cpu.details["tolerance"] == {
+        "rtol": CONFIG.rtol,
+        "atol": CONFIG.atol,
+        "device": "cpu",
+    }
+
+
+def test_a_baseline_that_replays_fewer_steps_than_the_log_is_refused_not_compared_in_part():
+    short = baseline([1.0] * 4, [0.5] * 4)
+    short.steps = short.steps[:3]
+    with pytest.raises(ValueError, match="zip"):
+        compare(actual([1.0] * 4, [0.5] * 4), short, CONFIG, seed=3)
+
+
 def test_the_comparison_counts_only_the_gradients_both_have():
     run = actual([1.0] * 4, [0.5] * 4)
     run.log["steps"][0]["grads"] = {}
@@ -290,3 +444,25 @@ def test_the_outcome_is_not_judged_below_its_steps_and_trainers_must_agree():
         False,
         "trainers measured other accuracies than the server's 0.1000: {'trainer2': 0.2}",
     )
+
+
+def test_a_low_accuracy_and_trainers_that_disagree_are_both_noted():
+    config = ps.Config(batches=2, min_accuracy=0.5, min_accuracy_steps=4)
+    result = outcome(
+        J.Records(log(SERIAL, accuracy=0.5), trainers(0.5, 0.625)),
+        baseline([1.0] * 4, [0.5] * 4),
+        config,
+    )
+    assert result.ok is False
+    assert result.note == (
+        "held-out accuracy 0.500 is not above 0.5 (chance 0.1) after 4 steps; "
+        "trainers measured other accuracies than the server's 0.5000: {'trainer2': 0.625}"
+    )
+
+
+def test_a_trainer_accuracy_within_1e_9_of_the_servers_agrees_with_it():
+    config = ps.Config(batches=2, min_accuracy=0.5, min_accuracy_steps=5)
+    result = outcome(
+        J.Records(log(SERIAL, accuracy=0.0), trainers(1e-9)), baseline([1.0] * 4, [0.5] * 4), config
+    )
+    assert result.ok is True
