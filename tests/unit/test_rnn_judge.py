@@ -12,8 +12,10 @@ import torch
 
 import rpc_harness
 from rpc_harness.events import FaultFired
+from rpc_harness.gradcheck import Mismatch
 from rpc_harness.result import HUNG, KILLED, OK, RAISED
 from rpc_harness.scenarios import rnn
+from rpc_harness.scenarios._device import GPU_ATOL, GPU_RTOL
 from rpc_harness.scenarios.rnn.judge import compare, contract, epoch_means, outcome, records
 
 NAMES = rnn.names(4)  # ps0, ps1, trainer0, trainer1
@@ -56,10 +58,9 @@ def test_records_are_the_finished_trainers_values():
 
 
 def test_a_world_where_every_rank_finished_meets_the_contract():
-    assert (
-        contract(world([rank(i) for i in range(4)]), None, rnn.Config()).note
-        == "every rank finished"
-    )
+    verdict = contract(world([rank(i) for i in range(4)]), None, rnn.Config())
+    assert (verdict.ok, verdict.note) == (True, "every rank finished")
+    assert verdict.ok is True
 
 
 def test_a_trainer_killed_as_planned_is_excused():
@@ -67,6 +68,31 @@ def test_a_trainer_killed_as_planned_is_excused():
     assert (verdict.ok, verdict.note) == (
         True,
         "killed as planned: trainer1; every other rank finished",
+    )
+
+
+def test_trainers_killed_as_planned_are_all_named():
+    verdict = contract(
+        world([rank(0), rank(1), rank(2, KILLED), rank(3, KILLED)]), None, rnn.Config()
+    )
+    assert verdict.ok is True
+    assert verdict.note == "killed as planned: trainer0, trainer1; every other rank finished"
+
+
+def test_failed_ranks_without_a_killed_server_are_all_named():
+    w = world([rank(0), rank(1), rank(2, RAISED, error="ValueError: x"), rank(3, HUNG)])
+    verdict = contract(w, None, rnn.Config())
+    assert verdict.ok is False
+    assert verdict.note == "; ".join(r.describe() for r in w.ranks[2:])
+
+
+def test_a_world_that_failed_with_no_failed_rank_fails_the_contract_with_its_headline():
+    w = world([rank(i) for i in range(4)])
+    w.problems = ["kill:trainer1@trainer.step#99 never fired"]
+    verdict = contract(w, None, rnn.Config())
+    assert verdict.ok is False
+    assert verdict.note == (
+        "rpc world failed: its fault plan did not do what it says (world_size=4, seed=0)"
     )
 
 
@@ -82,7 +108,7 @@ def test_a_failed_rank_without_a_killed_server_fails_the_contract_naming_it():
 def test_a_world_past_its_deadline_fails_the_contract_with_its_headline():
     w = world([rank(0), rank(1), rank(2, HUNG), rank(3)], deadline=9.0, timed_out=True)
     verdict = contract(w, None, rnn.Config())
-    assert not verdict.ok
+    assert verdict.ok is False
     assert verdict.note == f"the world ran past its deadline of 9s: {w.report().splitlines()[0]}"
 
 
@@ -160,6 +186,59 @@ def test_a_killed_server_breaks_the_contract_when_named_late_wrongly_or_not_at_a
     assert (verdict.ok, verdict.note) == (False, problem)
 
 
+FAST = {"trainer": "trainer1", "server": "ps1", "seconds": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("first", "problem"),
+    [
+        (
+            (RAISED, "RuntimeError: eof", 0.5),
+            "rank 2 (trainer0): raised RuntimeError: eof (while starting) (expected a trainer raising "
+            "'parameter server 'ps1' died')",
+        ),
+        (
+            (RAISED, DIED, None),
+            "rank 2 (trainer0) named the dead server, but the kill or the failure left no event",
+        ),
+        (
+            (RAISED, DIED, 20.0),
+            "rank 2 (trainer0) named the dead server only 20.00s after the kill, past 0.25 of the 60s deadline: "
+            "not fail-fast",
+        ),
+    ],
+)
+def test_a_trainer_after_one_with_a_problem_is_still_judged_and_its_report_of_the_server_kept(
+    first, problem
+):
+    verdict = contract(server_killed(first, (RAISED, DIED, 1.0)), None, rnn.Config())
+    assert verdict == rnn.judge.Verdict(
+        False, problem, {"killed_servers": ["ps1"], "ps_lost": [FAST]}
+    )
+
+
+def test_every_trainer_that_named_the_dead_server_late_is_noted():
+    verdict = contract(
+        server_killed((RAISED, DIED, 20.0), (RAISED, DIED, 30.0)), None, rnn.Config()
+    )
+    assert verdict.ok is False
+    assert verdict.note == (
+        "rank 2 (trainer0) named the dead server only 20.00s after the kill, past 0.25 of the 60s deadline: "
+        "not fail-fast; "
+        "rank 3 (trainer1) named the dead server only 30.00s after the kill, past 0.25 of the 60s deadline: "
+        "not fail-fast"
+    )
+
+
+def test_both_servers_killed_with_no_trainer_reporting_it_are_both_named():
+    w = world([rank(0, KILLED), rank(1, KILLED), rank(2), rank(3)])
+    verdict = contract(w, None, rnn.Config())
+    assert (verdict.ok, verdict.note) == (
+        False,
+        "ps0, ps1 was killed but no trainer reported it (every trainer finished)",
+    )
+
+
 def test_a_server_named_at_exactly_the_share_of_the_deadline_is_fail_fast():
     assert contract(server_killed((RAISED, DIED, 15.0), (OK, None, None)), None, rnn.Config()).ok
 
@@ -229,6 +308,56 @@ def test_a_run_of_another_length_or_with_parameters_never_compared_is_a_mismatch
     assert math.isinf(result.mismatches[1].max_abs) and result.mismatches[1].rank == "trainer"
 
 
+def test_every_mismatch_names_the_scenario_step_owner_and_seed_and_the_configs_tolerances():
+    config = rnn.Config(rtol=1e-3, atol=1e-4)
+    a = run(step(0, 1.0, tensors(ps0__w=1.0, ps1__v=2.5), tensors(ps0__w=0.75)))
+    e = run(
+        step(0, 2.0, tensors(ps0__w=1.0, ps1__v=2.0), tensors(ps0__w=0.5)),
+        step(0, 1.0, tensors(ps0__w=1.0), tensors(ps0__w=0.5)),
+    )
+    param = "parameter after the optimizer step"
+    tolerance = {"atol": 1e-4, "rtol": 1e-3, "seed": 5}
+    assert compare(a, e, config, seed=5).mismatches == [
+        Mismatch("rnn", "all", "trainer", "steps", 1.0, 0.5, **tolerance, what="number of steps"),
+        Mismatch("rnn", 0, "ps1", "ps1/v", 0.5, 0.25, **tolerance),
+        Mismatch("rnn", 0, "ps0", "ps0/w", 0.25, 0.5, **tolerance, what=param),
+        Mismatch("rnn", 0, "trainer", "loss", 1.0, 0.5, **tolerance, what="loss"),
+        Mismatch(
+            "rnn",
+            "all",
+            "trainer",
+            "1 of the 2 parameter tensors the baseline has (never compared)",
+            math.inf,
+            math.inf,
+            **tolerance,
+            what=param,
+        ),
+    ]
+
+
+def test_the_owner_of_a_tensor_is_the_part_of_its_name_before_the_first_slash():
+    a = run(step(0, 1.0, {"ps0/sub/w": torch.tensor([2.0], dtype=torch.float64)}))
+    e = run(step(0, 1.0, {"ps0/sub/w": torch.tensor([1.0], dtype=torch.float64)}))
+    assert [(m.rank, m.param) for m in compare(a, e, rnn.Config(), seed=1).mismatches] == [
+        ("ps0", "ps0/sub/w")
+    ]
+
+
+def test_a_run_on_cuda_is_compared_with_the_gpu_tolerances_and_one_without_a_device_on_the_cpus():
+    # 5e-5 off: past the CPU tolerance at 1.0 (1.1e-5), within the GPU one (1.1e-4).
+    a, e = run(step(0, 1.0, tensors(ps0__w=1.0 + 5e-5))), run(step(0, 1.0, tensors(ps0__w=1.0)))
+    on_cpu = compare(a, e, rnn.Config(), seed=1)
+    assert [m.param for m in on_cpu.mismatches] == ["ps0/w"]
+    assert on_cpu.details["tolerance"]["device"] == "cpu"
+    a["trainer"]["device"] = "cuda:0"
+    on_cuda = compare(a, e, rnn.Config(), seed=1)
+    assert on_cuda.mismatches == []
+    assert on_cuda.details["tolerance"] == {"rtol": GPU_RTOL, "atol": GPU_ATOL, "device": "cuda:0"}
+    nothing = compare({}, {}, rnn.Config(), seed=1)
+    assert (nothing.checked, nothing.mismatches) == (0, [])
+    assert nothing.details["tolerance"]["device"] == "cpu"
+
+
 def test_steps_of_several_trainers_are_labelled_with_the_trainer():
     both = {
         t: {"trainer": t, "steps": [step(0, 1.0, tensors(ps0__w=1.0))]}
@@ -241,6 +370,18 @@ def test_steps_of_several_trainers_are_labelled_with_the_trainer():
     assert [m.step for m in compare(both, other, rnn.Config(), seed=1).mismatches] == [
         "0 of trainer0",
         "0 of trainer1",
+    ]
+
+
+def test_parameters_never_compared_in_a_run_of_several_trainers_name_every_trainer():
+    one = step(0, 1.0, params=tensors(ps0__w=0.5))
+    stopped = {t: {"trainer": t, "steps": [one]} for t in ("trainer1", "trainer0")}
+    baseline = {t: {"trainer": t, "steps": [one, one]} for t in ("trainer0", "trainer1")}
+    result = compare(stopped, baseline, rnn.Config(), seed=1)
+    assert [(m.rank, m.param) for m in result.mismatches if m.step == "all"] == [
+        ("trainer1", "steps"),
+        ("trainer0", "steps"),
+        ("trainer0, trainer1", "2 of the 4 parameter tensors the baseline has (never compared)"),
     ]
 
 
@@ -274,3 +415,28 @@ def test_a_loss_that_does_not_fall_or_a_single_epoch_is_not_ok():
         "trainer0: mean loss did not fall: first epoch 1.0000, last 1.0000; "
         "trainer1: only 1 epoch, cannot tell whether the loss falls"
     )
+
+
+def test_a_loss_that_ends_above_its_first_epoch_did_not_fall_whatever_it_did_between():
+    dipped = {"trainer0": {"steps": [step(0, 2.0), step(1, 1.0), step(2, 3.0)]}}
+    result = outcome(dipped, dipped, rnn.Config())
+    assert result.ok is False
+    assert result.note == "trainer0: mean loss did not fall: first epoch 2.0000, last 3.0000"
+
+
+def test_a_falling_loss_is_reported_from_its_first_epoch_to_its_last():
+    falling = {"trainer0": {"steps": [step(0, 3.0), step(1, 2.0), step(2, 1.0)]}}
+    result = outcome(falling, falling, rnn.Config())
+    assert (result.ok, result.note, result.metric) == (
+        True,
+        "trainer0: mean loss 3.000 -> 1.000 over 3 epochs",
+        1.0,
+    )
+
+
+def test_a_trainer_with_no_steps_fails_the_outcome_with_no_metric():
+    empty = {"trainer0": {"steps": []}}
+    result = outcome(empty, empty, rnn.Config())
+    assert result.ok is False
+    assert result.note == "trainer0: only 0 epoch, cannot tell whether the loss falls"
+    assert math.isnan(result.metric) and result.steps == 0
