@@ -107,6 +107,9 @@ def test_the_idiomatic_gpu_skipif_initializes_cuda_nowhere(pytester):
     assert not calls.exists(), f"CUDA's driver was initialized (pids {calls.read_text().split()})"
 
 
+# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): the forkserver's own
+# imports are under test, so a pytest session of its own (a fresh forkserver); and each rank imports
+# the refused module itself.
 def test_a_module_that_asks_for_cuda_at_import_is_named_and_imported_by_each_rank(pytester):
     pytester.makepyfile(test_a_eager=EAGER_CUDA_MODULE, test_b_cpu=CPU_MODULE)
     result = _run(pytester, "-rw")
@@ -142,6 +145,9 @@ def test_cpu_world(rpc_world):
 """
 
 
+# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a pytest session of its
+# own (the forkserver that imports the module must be a fresh one), a failing CUDA world and a CPU
+# world in it.
 def test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so(pytester):
     pytester.makeconftest(FAKE_CUDA_MACHINE_CONFTEST)
     pytester.makepyfile(test_a_driver=DRIVER_MODULE)

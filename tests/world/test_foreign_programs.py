@@ -99,6 +99,8 @@ def test_2_a_msgfail_that_loses_a_message_ends_in_a_verdict_even_when_the_world_
 # -- 3 ----------------------------------------------------------------------------------
 
 
+# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a race that failed about
+# one run in six needs many runs: ten in each of two streams at once.
 @pytest.mark.long
 def test_3_a_program_with_its_own_tcp_store_passes_its_graceful_shutdown_with_two_worlds_at_once():
     # pytorch/examples' DDP + RPC: rank 0 hosts the program's own tcp://
@@ -188,6 +190,9 @@ def _rpc_harness_command():
     return [script] if os.path.exists(script) else [shutil.which("rpc-harness") or "rpc-harness"]
 
 
+# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): torch's RL tutorial
+# spawned as written (three processes) with a fault, then its token replayed by the CLI in fresh
+# processes.
 def test_7_a_replay_token_rebuilds_the_test_modules_import_time_setup_or_refuses_first(rpc_world):
     # This module set sys.argv before importing the tutorial (see its top);
     # the token must bring that along, or refuse before any process starts.

@@ -243,6 +243,8 @@ def test_every_listener_of_a_rank_takes_the_full_backlog_its_namespace_allows():
         assert listeners and all(backlog == somaxconn for backlog, somaxconn in listeners), listeners
 
 
+# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): 256 ranks is the largest
+# world the harness promises, and only a world that size shows that it still comes up.
 @pytest.mark.long
 def test_a_256_rank_world_comes_up_and_every_rank_answers_its_neighbour():
     # TensorPipe over TCP: its shared-memory transport's connection backlog
