@@ -26,7 +26,7 @@ from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
 from typing import Any
 
-from . import _cuda_fork, _netns, _stores, _torch_check, _workdirs
+from . import _cuda_fork, _limits, _netns, _stores, _torch_check, _workdirs
 from ._supervisor import Supervisor
 from .errors import WorldFailed, WorldSpecError, WorldTimeout, clip
 from .faults import FaultPlan, uses_faulty_agent
@@ -318,6 +318,8 @@ def launch(
     _torch_check.require(faulty_agent=uses_faulty_agent(spec.options.faults, spec.options.fuzz),
                          retry_log=any(fault.kind == "msgfail" for fault in spec.options.faults),
                          store_rendezvous=spec.options.rendezvous == "store")
+    if len(spec.names) >= _limits.BIG_WORLD:
+        _limits.raise_open_files()  # the supervisor's pipes; the forkserver raised the ranks' own
     workdir = _workdirs.make()
     netns = None
     try:

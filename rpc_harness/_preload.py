@@ -39,9 +39,11 @@ import threading
 
 from ._cuda_fork import PreloadWatch, write_culprits
 from ._launcher import PRELOAD_ENV
+from ._limits import raise_open_files
 from ._workdirs import sweep
 
 _settings = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
+raise_open_files()  # every rank inherits it: a big world's leader holds about six files a rank
 _parent = _settings.get("parent", os.getppid())
 _PARENT_POLL = 0.1  # seconds; a parent gone is noticed within this
 
