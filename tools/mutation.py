@@ -175,6 +175,9 @@ def environment() -> dict[str, str]:
     # One core's worth of threads: the machine is shared, and torch's thread
     # pools do not survive the fork of each mutant well.
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    # Tests that run many examples may take fewer under mutation (each runs
+    # once per mutant): tests/unit/test_scheduler_model.py does.
+    env["RPC_HARNESS_MUTATION"] = "1"
     env.pop("MUTANT_UNDER_TEST", None)
     return env
 

@@ -25,7 +25,9 @@ guarantees (docs/guides/schedules.md, "What the scheduler guarantees"):
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, event, settings
+import os
+
+from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -331,6 +333,13 @@ class ScheduledWorld(RuleBasedStateMachine):
         return scheduler
 
 
-ScheduledWorld.TestCase.settings = settings(max_examples=300, stateful_step_count=80, deadline=None,
-                                            suppress_health_check=[HealthCheck.too_slow])
+# Under mutation (tools/mutation.py sets RPC_HARNESS_MUTATION) this test runs
+# once for each of the scheduler's ~800 mutants: fewer examples, and no
+# shrinking (a mutant's failure needs no minimal example). The suite's own
+# run keeps 300.
+MUTATION = bool(os.environ.get("RPC_HARNESS_MUTATION"))
+ScheduledWorld.TestCase.settings = settings(
+    max_examples=60 if MUTATION else 300, stateful_step_count=80, deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate] if MUTATION else list(Phase),
+    suppress_health_check=[HealthCheck.too_slow])
 test_the_scheduler_keeps_its_guarantees_against_the_model = ScheduledWorld.TestCase
