@@ -17,11 +17,11 @@ from rpc_harness.strategies import schedules
 class World:
     """A scheduler and what it sent, with a clock that ticks per look."""
 
-    def __init__(self, schedule: str = "controlled", seed: int = 7, ranks: int = 2) -> None:
+    def __init__(self, schedule: str | S.ScheduleSpec = "controlled", seed: int = 7, ranks: int = 2) -> None:
         self.sent: list[tuple[int, object]] = []
         self.time = 0.0
-        self.scheduler = Scheduler(S.parse(schedule), seed, ranks, lambda rank, m: self.sent.append((rank, m)),
-                                   self.clock)
+        spec = schedule if isinstance(schedule, S.ScheduleSpec) else S.parse(schedule)
+        self.scheduler = Scheduler(spec, seed, ranks, lambda rank, m: self.sent.append((rank, m)), self.clock)
 
     def clock(self) -> float:
         self.time += 1.0
@@ -199,6 +199,482 @@ def test_a_stalled_world_says_what_it_waits_for_and_gives_up_control():
     world.scheduler.release("stalled")
     assert not world.scheduler.controlled and world.scheduler.note == "stalled"
     assert [rank for rank, m in world.sent if isinstance(m, msg.Release)] == [0, 1]
+
+
+# -- the scheduler's edges, on a steady schedule -------------------------------------------
+# A guide with no recorded choices: the task that ran goes on while it can,
+# else the first ready task by id. So each test knows which task is chosen.
+STEADY = S.ScheduleSpec("guide")
+
+
+def steady(ranks: int = 2) -> World:
+    """A world whose mains ("a" on rank 0, "b" on rank 1, ...) have begun; "a" runs."""
+    world = World(schedule=STEADY, ranks=ranks)
+    for rank in range(ranks):
+        world.say(rank, msg.Begin("abcd"[rank], "main", "start"))
+    assert world.goes() == ["a"]
+    return world
+
+
+def stops(world: World) -> list[tuple[str, str]]:
+    return [(step.task, step.point) for step in world.scheduler.steps]
+
+
+def releases(world: World) -> list[int]:
+    return [rank for rank, m in world.sent if isinstance(m, msg.Release)]
+
+
+@pytest.mark.parametrize(("frozen", "point"), [(False, "died"), (True, "frozen")])
+def test_a_rank_lost_mid_step_ends_that_step_and_its_tasks_for_good(frozen, point):
+    world = steady()
+    s = world.scheduler
+    s.rank_gone(0, frozen=frozen)
+    assert stops(world) == [("a", point)]
+    assert s.running is None and s.tasks["a"].state == "ended"
+    assert (s.frozen, s.gone) == (({0}, set()) if frozen else (set(), {0}))
+    assert not s.halted, "a death the plan asked for does not end the schedule"
+    world.say(1)
+    assert world.goes() == ["a", "b"]
+
+
+def test_a_lost_ranks_ready_tasks_are_never_chosen_again():
+    world = steady()
+    s = world.scheduler
+    s.rank_gone(1)
+    assert s.tasks["b"].state == "ended" and "b" not in s.ready
+    assert stops(world) == [], "b was not running: no step ends"
+    world.say(0, msg.At("a", "p"))
+    assert world.goes() == ["a"] and s.running is s.tasks["a"]
+
+
+def test_a_death_nobody_planned_ends_the_schedule():
+    world = steady()
+    world.scheduler.rank_gone(1, unexpected=True)
+    assert world.scheduler.halted
+    world.say(0, msg.At("a", "p"))
+    assert world.all_goes() == ["a"], "no step after an unplanned death"
+
+
+def test_a_rank_that_dies_before_its_entry_begins_is_not_waited_for():
+    world = World(schedule=STEADY)
+    world.say(0, msg.Begin("a", "main", "start"))
+    assert world.goes() == []
+    world.scheduler.rank_gone(1)
+    world.say(0)
+    assert world.goes() == ["a"]
+
+
+def test_calls_from_a_dead_caller_are_no_longer_waited_for():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True))  # on its way to its handler
+    world.say(0, msg.Issued("a/2", 1, python=False))  # answered in C++: a is held for it
+    assert s.arrivals == {"a/1"} and s.answers == {"a/2"}
+    s.rank_gone(0)
+    assert s.arrivals == set() and s.answers == set() and s.quiet()
+    world.say(1)
+    assert world.goes() == ["a", "b"]
+
+
+def test_callbacks_of_a_dead_callers_call_are_no_longer_waited_for():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1", followers=1), msg.At("a", "p"))
+    assert world.goes() == ["a"] and s.followers == {"a/1": 1}, "its callback has not returned: no choice"
+    s.rank_gone(0)
+    assert s.followers == {}
+    world.say(1)
+    assert world.goes() == ["a", "b"]
+
+
+def test_a_call_to_a_rank_that_dies_ends_in_an_error_its_caller_must_hear():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    assert s.arrivals == {"a/1"}
+    s.rank_gone(1)
+    assert s.arrivals == set() and s.answers == {"a/1"}, "no handler will begin; the error is due"
+    world.say(0)
+    assert world.goes() == ["a"] and s.tasks["a"].state == "blocked"
+    world.say(0, msg.Completed("a/1"))
+    assert s.running is s.tasks["a"] and stops(world) == [("a", "wait f")], "heard: a runs again"
+
+
+def test_answered_calls_to_a_rank_that_dies_are_not_due_again():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1"))  # answered, settled
+    world.say(0, msg.Issued("a/2", 1, python=False), msg.Completed("a/2", followers=1))  # its callback runs
+    assert s.answers == set()
+    s.rank_gone(1)
+    assert s.answers == set() and s.followers == {"a/2": 1}
+
+
+def test_a_wait_for_an_rref_whose_owner_dies_ends():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True, rref="r1"), msg.Block("a", "to_here", ("rref", "r1")))
+    assert s.pending_rrefs == {"r1": "a/1"} and s.tasks["a"].state == "blocked"
+    s.rank_gone(1)
+    assert s.pending_rrefs == {} and s.tasks["a"].state == "ready", "its value will never be made"
+    world.say(0, msg.Completed("a/1"))  # the call's error, heard
+    assert s.running is s.tasks["a"] and stops(world) == [("a", "to_here")]
+
+
+def test_an_rref_is_made_when_its_handler_ends():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True, rref="r1"), msg.Block("a", "to_here", ("rref", "r1")))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    assert world.goes() == ["a", "a/1"], "a waits; the handler is first by id"
+    world.say(1, msg.End("a/1"))
+    assert s.pending_rrefs == {} and s.answers == {"a/1"}
+    world.say(0, msg.Completed("a/1"))
+    assert world.goes() == ["a", "a/1", "a"]
+
+
+def test_a_handler_that_responds_later_is_not_answered_at_its_end():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    world.say(1, msg.End("a/1", responds_later=True))
+    assert s.answers == set() and world.goes() == ["a", "a/1", "b"], "nothing is due: the next step is chosen"
+    world.say(1, msg.Due("a/1"))
+    assert s.answers == {"a/1"}, "its answer, made later, is due"
+
+
+def test_a_frozen_ranks_callers_wait_for_real_time_which_is_not_busy():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    s.rank_gone(1, frozen=True)
+    assert s.answers == {"a/1"} and not s.quiet()
+    assert not s.busy(), "the call ends at its RPC timeout: nothing the scheduler was told will come"
+    assert s.stalled() == "calls ['a/1'] were never answered"
+
+
+def test_a_dead_ranks_callers_are_busy_waiting_for_the_error():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    s.rank_gone(1)
+    assert s.busy(), "the error of a call to a dead rank comes at once"
+
+
+@pytest.mark.parametrize("what", ["running", "mains", "arrivals", "followers"])
+def test_busy_while_anything_is_outstanding_even_with_a_frozen_callee(what):
+    world = World(schedule=STEADY, ranks=3)
+    s = world.scheduler
+    world.say(0, msg.Begin("a", "main", "start"))
+    if what != "mains":
+        world.say(1, msg.Begin("b", "main", "start"))
+        world.say(2, msg.Begin("c", "main", "start"))
+    s.rank_gone(2, frozen=True)
+    if what == "mains":
+        assert s.busy()
+        return
+    world.say(0, msg.Issued("a/1", 2, python=True))  # held: its callee is frozen
+    assert s.answers == {"a/1"} and s.running is not None
+    if what == "running":
+        assert s.busy()
+        return
+    world.say(0, msg.Block("a", "wait", ("cond", 1)))
+    assert not s.busy()
+    if what == "arrivals":
+        world.scheduler.on_message(0, msg.Issued("x/1", 1, python=True))  # no task running: no ack
+    else:
+        world.scheduler.on_message(0, msg.Issued("x/1", 1, python=False))
+        world.scheduler.on_message(0, msg.Completed("x/1", followers=1))
+    assert s.busy()
+
+
+def test_a_call_to_a_frozen_rank_holds_its_caller_until_its_timeout_error():
+    world = steady()
+    s = world.scheduler
+    s.rank_gone(1, frozen=True)
+    world.say(0, msg.Issued("a/1", 1, python=True, rref="r1"))
+    assert world.all_goes() == ["a"] and s.acks == {"a/1": s.tasks["a"]}
+    assert s.arrivals == set() and s.pending_rrefs == {}, "no handler will begin, no value be made"
+    world.say(0, msg.Completed("a/1"))
+    assert world.all_goes() == ["a", "a"] and s.acks == {}
+
+
+def test_a_python_call_to_a_dead_rank_fails_at_once_and_holds_its_caller_until_heard():
+    world = steady()
+    s = world.scheduler
+    s.rank_gone(1)
+    world.say(0, msg.Issued("a/1", 1, python=True))
+    assert world.all_goes() == ["a"] and s.answers == {"a/1"} and s.arrivals == set()
+
+
+def test_the_stalled_report_names_each_thing_waited_for():
+    world = World(schedule=STEADY, ranks=3)
+    s = world.scheduler
+    world.say(0, msg.Begin("a", "main", ""))
+    assert s.stalled() == "ranks [1, 2] have not started their entry"
+    world.say(1, msg.Begin("b", "main", "start"))
+    world.say(2, msg.Begin("c", "main", "start"))
+    assert s.stalled() == "a (main) has not reached its next scheduling point since it began"
+    world.say(0, msg.At("a", "rpc.call:f"))
+    assert s.stalled() == "a (main) has not reached its next scheduling point since rpc.call:f"
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Issued("a/2", 2, python=False))
+    world.say(0, msg.Completed("a/2", followers=1), msg.Issued("a/3", 2, python=False))
+    assert s.stalled() == ("a (main) has not reached its next scheduling point since rpc.call:f; "
+                           "calls ['a/1'] were issued but their handlers never began; "
+                           "calls ['a/3'] were never answered; callbacks on calls ['a/2'] never returned")
+
+
+def test_the_stalled_report_of_a_world_where_every_task_waits_names_them():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Block("a", "wait f", ("cond", 1)))
+    world.say(1, msg.Block("b", "lock", ("cond", 2)))
+    assert world.goes() == ["a", "b"]
+    assert s.stalled() == "every task waits: a (main) at wait f; b (main) at lock"
+    s.rank_gone(0)
+    s.rank_gone(1)
+    assert s.stalled() == "every task waits: none is left"
+
+
+def test_entries_done_ends_the_schedule_and_lets_every_live_rank_run_free():
+    world = steady(ranks=3)
+    s = world.scheduler
+    s.rank_gone(1)
+    world.say(0, msg.At("a", "p"))
+    before = len(world.goes())
+    s.entries_done()
+    assert s.halted and releases(world) == [0, 2]
+    s.entries_done()
+    assert releases(world) == [0, 2], "once"
+    world.say(0, msg.At("a", "q"))
+    assert len(world.goes()) == before, "no step after the entries are done"
+
+
+def test_entries_done_after_a_failure_or_a_release_sends_nothing():
+    world = steady()
+    world.say(0, msg.End("a", failed=True))
+    world.scheduler.entries_done()
+    assert releases(world) == []
+    world = steady()
+    world.scheduler.release("stalled")
+    world.scheduler.entries_done()
+    assert releases(world) == [0, 1] and not world.scheduler.halted
+
+
+def test_release_is_said_once_to_each_live_rank_and_then_nothing_is_controlled():
+    world = steady(ranks=3)
+    s = world.scheduler
+    world.say(0, msg.At("a", "p"))
+    s.rank_gone(2)
+    s.release("stalled")
+    assert (s.controlled, s.note, s.lost_at) == (False, "stalled", 1)
+    assert releases(world) == [0, 1]
+    s.release("again")
+    assert s.note == "stalled" and releases(world) == [0, 1]
+    world.say(0, msg.At("a", "q"), msg.Begin("x", "main", "start"))
+    assert "x" not in s.tasks and len(s.steps) == 1, "what the ranks say is no longer heard"
+    assert not s.busy()
+    s.finish()
+    assert s.problems == []
+
+
+def test_an_answer_heard_before_its_call_settles_it_at_once():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Completed("a/1"))
+    assert s.heard == {"a/1"}
+    world.say(0, msg.Issued("a/1", 1, python=False))
+    assert world.all_goes() == ["a", "a"], "already answered: the caller goes on"
+    assert s.heard == set() and s.calls["a/1"].completed and s.calls["a/1"].settled and s.answers == set()
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    assert s.tasks["a"].state == "running" and world.goes() == ["a"]
+
+
+def test_an_answer_heard_before_its_call_with_callbacks_settles_when_they_return():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Completed("a/1", followers=1), msg.Issued("a/1", 1, python=False))
+    assert world.all_goes() == ["a", "a"]
+    assert s.calls["a/1"].completed and not s.calls["a/1"].settled
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    assert s.tasks["a"].state == "blocked"
+    world.say(0, msg.Followed("a/1"))
+    assert s.calls["a/1"].settled and s.running is s.tasks["a"] and stops(world) == [("a", "wait f")]
+
+
+def test_a_call_settles_only_when_each_of_its_callbacks_returned():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1", followers=2))
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    assert s.followers == {"a/1": 2} and not s.quiet()
+    world.say(0, msg.Followed("a/1"))
+    assert s.followers == {"a/1": 1} and not s.quiet() and s.tasks["a"].state == "blocked"
+    world.say(0, msg.Followed("a/1"))
+    assert s.followers == {} and s.calls["a/1"].settled
+    assert world.goes() == ["a"] and s.running is s.tasks["a"], "its waiter woke and, first by id, runs"
+    assert s.waiting == {}
+
+
+def test_callbacks_reported_twice_for_one_call_add_up():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1", followers=1))
+    world.say(0, msg.Completed("a/1", followers=2))
+    assert s.followers == {"a/1": 3}
+
+
+def test_an_answer_is_due_only_for_a_known_unanswered_call_with_a_live_caller():
+    world = steady(ranks=3)
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Issued("a/2", 1, python=True))
+    world.say(1, msg.Due("zz"))
+    assert s.answers == set(), "a call never reported is not waited for"
+    world.say(1, msg.Due("a/1"))
+    assert s.answers == {"a/1"}
+    world.say(0, msg.Completed("a/1"))
+    world.say(1, msg.Due("a/1"))
+    assert s.answers == set(), "already answered"
+    s.rank_gone(0)
+    world.say(1, msg.Due("a/2"))
+    assert s.answers == set(), "nobody is left to hear it"
+
+
+def test_a_notify_before_its_wait_makes_the_wait_end_at_once():
+    world = steady()
+    s = world.scheduler
+    world.say(1, msg.Notified("a"))  # a is still running: the notify came first
+    assert s.notified_early == {"a"}
+    world.say(0, msg.Block("a", "cond.wait", ("cond", 1), 5.0))
+    assert s.notified_early == set() and s.tasks["a"].timer is None
+    assert world.goes() == ["a"] and s.running is s.tasks["a"] and s.tasks["a"].notified
+
+
+def test_a_wait_on_a_condition_without_a_notify_waits_with_its_timer():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Block("a", "cond.wait", ("cond", 1), 5.0))
+    assert s.tasks["a"].state == "blocked" and s.tasks["a"].timer == 5.0 and s.waiting == {
+        ("cond", 1): {"a": s.tasks["a"]}}
+    assert world.goes() == ["a", "b"]
+
+
+def test_a_notify_before_a_wait_on_something_else_does_not_end_it():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1", followers=1))
+    world.say(1, msg.Notified("a"))
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    assert s.tasks["a"].state == "blocked" and s.notified_early == {"a"}
+
+
+def test_a_notify_that_comes_to_a_task_waiting_on_a_call_is_kept_for_its_condition_wait():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1", followers=1))
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Notified("a"))
+    assert s.tasks["a"].state == "blocked" and s.notified_early == {"a"}
+
+
+def test_an_early_notify_is_forgotten_when_its_handler_ends():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    world.say(0, msg.Notified("a/1"), msg.Notified("zz"))
+    world.say(1, msg.End("a/1"))
+    assert s.notified_early == {"zz"}
+
+
+def test_a_handler_that_begins_before_its_call_is_reported_is_not_waited_for():
+    world = steady()
+    s = world.scheduler
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    assert s.early == {"a/1"} and s.arrivals == set()
+    world.say(0, msg.Issued("a/1", 1, python=True))
+    assert s.early == set() and s.arrivals == set() and world.all_goes() == ["a", "a"]
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    assert world.goes() == ["a", "a/1"], "quiet: the handler, first by id, runs"
+
+
+def test_a_futures_wait_ends_when_its_rank_resolved_it():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Resolved(3), msg.Block("a", "wait fut", ("future", 3)))
+    assert s.running is s.tasks["a"], "resolved already: no wait"
+    world.say(0, msg.Block("a", "wait fut", ("future", 4, True)))
+    assert s.running is s.tasks["a"], "completed before the gate knew of it: no wait"
+    world.say(0, msg.Block("a", "wait fut", ("future", 5)))
+    assert s.tasks["a"].state == "blocked" and world.goes()[-1] == "b"
+    world.say(1, msg.Resolved(5))
+    assert s.tasks["a"].state == "blocked", "rank 1's future 5 is another one"
+    world.say(0, msg.Resolved(5))
+    assert s.tasks["a"].state == "ready" and s.waiting == {}
+
+
+def test_a_step_that_another_task_takes_from_a_ready_one_is_marked_preempted():
+    world = World(schedule=S.ScheduleSpec("guide", prefs=(("a", "p", 1, "b"),)))
+    two_mains(world)
+    world.say(0, msg.At("a", "p"))
+    world.say(1, msg.Block("b", "wait", ("cond", 1)))
+    world.say(0, msg.At("a", "q"))
+    assert world.goes() == ["a", "b", "a"]
+    assert [step.preempted for step in world.scheduler.steps] == [False, True, False]
+
+
+def test_a_step_is_timed_from_its_go_to_its_stop_by_the_clock():
+    world = steady()
+    world.say(0, msg.At("a", "p"))
+    step = world.scheduler.steps[0]
+    assert (step.start, step.end, step.rank, step.label) == (1.0, 2.0, 0, "main")
+    assert world.scheduler.step_started == 3.0
+
+
+def test_reports_of_unknown_tasks_change_nothing():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.At("zz", "p"), msg.Block("zz", "w", ("cond", 1)), msg.End("zz"), msg.Notified("zz"))
+    assert s.waiting == {} and stops(world) == [] and s.running is s.tasks["a"]
+
+
+def test_a_stale_timer_of_a_woken_or_dead_task_does_not_move_the_clock():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Block("a", "cond.wait", ("cond", 1), 3.0))
+    world.say(1, msg.Notified("a"), msg.Block("b", "sleep", ("timer",), 1.0))
+    assert world.goes() == ["a", "b", "a"] and s.now == 0.0, "notified: a's timer is cancelled"
+    world.say(0, msg.Block("a", "sleep", ("timer",), 10.0))
+    assert world.goes()[-1] == "b" and s.now == 1.0
+    world.say(1, msg.Block("b", "sleep", ("timer",), 20.0))
+    assert world.goes()[-1] == "a" and s.now == 10.0, "a's first timer, at 3, was cancelled"
+    world.say(0, msg.Block("a", "sleep", ("timer",), 5.0))
+    s.rank_gone(0)
+    world.say(1)
+    assert world.goes()[-1] == "b" and s.now == 21.0, "a dead task's timer ends nothing"
+
+
+def test_when_every_task_waits_without_a_timer_nothing_is_chosen():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Block("a", "w", ("cond", 1)))
+    world.say(1, msg.Block("b", "w", ("cond", 2)))
+    sent = len(world.sent)
+    s.decide()
+    assert len(world.sent) == sent and s.now == 0.0 and s.running is None
+
+
+def test_timers_ending_together_wake_together_and_the_first_by_id_runs_told_it_timed_out():
+    world = steady(ranks=3)
+    s = world.scheduler
+    world.say(0, msg.Block("a", "sleep", ("timer",), 2.0))
+    world.say(1, msg.Block("b", "sleep", ("timer",), 2.0))
+    world.say(2, msg.Block("c", "sleep", ("timer",), 3.0))
+    assert world.goes() == ["a", "b", "c", "a"] and s.now == 2.0
+    assert {t: s.tasks[t].state for t in "bc"} == {"b": "ready", "c": "blocked"}
+    assert not s.tasks["b"].notified and s.tasks["b"].timer is None and s.tasks["c"].timer == 3.0
+    assert [m.notified for _, m in world.sent if isinstance(m, msg.Go)][-1] is False
 
 
 # -- the text forms --------------------------------------------------------------------------
