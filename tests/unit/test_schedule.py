@@ -321,6 +321,24 @@ def test_a_wait_for_an_rref_whose_owner_dies_ends():
     assert s.running is s.tasks["a"] and stops(world) == [("a", "to_here")]
 
 
+def test_an_rref_still_being_made_outlives_another_ranks_death():
+    world = steady(ranks=3)
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True, rref="r1"), msg.Block("a", "to_here", ("rref", "r1")))
+    s.rank_gone(2)
+    assert s.pending_rrefs == {"r1": "a/1"} and s.tasks["a"].state == "blocked"
+
+
+def test_the_death_of_an_rrefs_owner_after_it_was_made_wakes_nobody():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True, rref="r1"), msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    world.say(1, msg.End("a/1"))
+    assert s.pending_rrefs == {}
+    s.rank_gone(1)
+    assert s.tasks["a"].state == "blocked" and s.answers == {"a/1"}
+
 def test_an_rref_is_made_when_its_handler_ends():
     world = steady()
     s = world.scheduler
@@ -631,6 +649,40 @@ def test_a_step_is_timed_from_its_go_to_its_stop_by_the_clock():
     assert (step.start, step.end, step.rank, step.label) == (1.0, 2.0, 0, "main")
     assert world.scheduler.step_started == 3.0
 
+
+def test_each_go_goes_to_its_tasks_rank_and_a_woken_wait_is_told_it_was_notified():
+    world = steady()
+    world.say(0, msg.Issued("a/1", 1, python=True))
+    assert world.sent == [(0, msg.Go("a")), (0, msg.Go("a"))], "the choice and the ack, to rank 0"
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    assert world.sent[-1] == (1, msg.Go("a/1"))
+    world.say(1, msg.Issued("a/1/1", 0, python=False))
+    assert world.sent[-1] == (1, msg.Go("a/1"))
+    world.say(0, msg.Completed("a/1/1"))
+    assert world.sent[-1] == (1, msg.Go("a/1")), "the held caller's ack, to its rank"
+    world.say(1, msg.End("a/1"))
+    world.say(0, msg.Completed("a/1"))
+    assert world.sent[-1] == (0, msg.Go("a", True)), "its wait ended by the answer, not a timeout"
+
+
+def test_every_task_waiting_on_one_call_wakes_when_it_settles():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    world.say(1, msg.End("a/1", responds_later=True))
+    world.say(1, msg.Block("b", "wait f too", ("call", "a/1")))
+    assert world.goes() == ["a", "a/1", "b"] and s.running is None
+    world.say(1, msg.Due("a/1"), msg.Completed("a/1"))
+    assert s.tasks["b"].state == "running" and s.tasks["a"].state == "ready" and s.waiting == {}
+
+
+def test_an_ended_task_is_ended_and_its_step_ends_at_end():
+    world = steady()
+    world.say(0, msg.End("a"))
+    assert world.scheduler.tasks["a"].state == "ended" and stops(world) == [("a", "end")]
+    assert world.goes() == ["a", "b"]
 
 def test_reports_of_unknown_tasks_change_nothing():
     world = steady()
