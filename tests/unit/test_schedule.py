@@ -638,8 +638,10 @@ def test_a_step_that_another_task_takes_from_a_ready_one_is_marked_preempted():
     world.say(0, msg.At("a", "p"))
     world.say(1, msg.Block("b", "wait", ("cond", 1)))
     world.say(0, msg.At("a", "q"))
+    world.say(0, msg.At("a", "r"))
     assert world.goes() == ["a", "b", "a"]
-    assert [step.preempted for step in world.scheduler.steps] == [False, True, False]
+    assert [step.preempted for step in world.scheduler.steps] == [False, True, False, False], (
+        "a blocked task, or the one that goes on, is not preempted")
 
 
 def test_a_step_is_timed_from_its_go_to_its_stop_by_the_clock():
@@ -683,6 +685,34 @@ def test_an_ended_task_is_ended_and_its_step_ends_at_end():
     world.say(0, msg.End("a"))
     assert world.scheduler.tasks["a"].state == "ended" and stops(world) == [("a", "end")]
     assert world.goes() == ["a", "b"]
+
+def test_a_new_scheduler_controls_and_has_lost_nothing():
+    s = World(schedule=STEADY).scheduler
+    assert (s.controlled, s.halted, s.note, s.lost_at, s.now) == (True, False, "", None, 0.0)
+    assert s.steps == [] and s.problems == [] and s.mains_pending == {0, 1} and not s.quiet()
+
+
+def test_a_callbacks_return_for_a_call_with_no_count_settles_it():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Followed("a/1"))
+    assert s.calls["a/1"].settled and s.followers == {}
+
+
+def test_a_wait_for_a_call_never_reported_or_an_rref_already_made_does_not_wait():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Block("a", "wait f", ("call", "zz/1")))
+    assert s.running is s.tasks["a"] and stops(world) == [("a", "wait f")]
+    world.say(0, msg.Block("a", "to_here", ("rref", "r9")))
+    assert s.running is s.tasks["a"] and s.waiting == {}
+
+
+def test_a_task_that_timed_out_is_told_so_once_its_next_go_says_notified():
+    world = steady(ranks=1)
+    world.say(0, msg.Block("a", "sleep", ("timer",), 1.0))
+    world.say(0, msg.At("a", "p"))
+    assert world.sent == [(0, msg.Go("a", True)), (0, msg.Go("a", False)), (0, msg.Go("a", True))]
 
 def test_reports_of_unknown_tasks_change_nothing():
     world = steady()
