@@ -339,6 +339,20 @@ def test_the_death_of_an_rrefs_owner_after_it_was_made_wakes_nobody():
     s.rank_gone(1)
     assert s.tasks["a"].state == "blocked" and s.answers == {"a/1"}
 
+def test_an_end_a_frozen_rank_sent_before_its_freeze_heard_after_it_changes_nothing():
+    # The freeze is reported on the rank's main pipe, its scheduler messages on
+    # another: a handler's End sent just before can be read just after.
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True, rref="r1"), msg.Block("a", "to_here", ("rref", "r1")))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    assert s.running is s.tasks["a/1"]
+    s.rank_gone(1, frozen=True)
+    assert s.pending_rrefs == {} and s.tasks["a"].state == "ready"
+    world.say(1, msg.End("a/1"))
+    assert stops(world) == [("a", "to_here"), ("a/1", "frozen")] and s.tasks["a/1"].state == "ended"
+    assert s.answers == {"a/1"} and s.tasks["a"].state == "ready", "its caller still waits for the timeout's error"
+
 def test_an_rref_is_made_when_its_handler_ends():
     world = steady()
     s = world.scheduler
