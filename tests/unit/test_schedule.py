@@ -445,6 +445,7 @@ def test_the_stalled_report_names_each_thing_waited_for():
     s = world.scheduler
     world.say(0, msg.Begin("a", "main", ""))
     assert s.stalled() == "ranks [1, 2] have not started their entry"
+    assert steady().scheduler.stalled() == "a (main) has not reached its next scheduling point since start"
     world.say(1, msg.Begin("b", "main", "start"))
     world.say(2, msg.Begin("c", "main", "start"))
     assert s.stalled() == "a (main) has not reached its next scheduling point since it began"
@@ -638,6 +639,7 @@ def test_a_futures_wait_ends_when_its_rank_resolved_it():
     assert s.running is s.tasks["a"], "resolved already: no wait"
     world.say(0, msg.Block("a", "wait fut", ("future", 4, True)))
     assert s.running is s.tasks["a"], "completed before the gate knew of it: no wait"
+    assert [m.notified for _, m in world.sent] == [True, True, True], "no wait timed out"
     world.say(0, msg.Block("a", "wait fut", ("future", 5)))
     assert s.tasks["a"].state == "blocked" and world.goes()[-1] == "b"
     world.say(1, msg.Resolved(5))
