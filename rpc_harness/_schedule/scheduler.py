@@ -115,7 +115,10 @@ class Scheduler:
 
     # -- what the ranks say ---------------------------------------------------------------
     def on_message(self, rank: int, message: msg.ToScheduler) -> None:
-        if not self.controlled:
+        # A lost rank's reports read after its loss are ignored: a frozen
+        # rank's scheduler pipe can still hold what it sent just before its
+        # freeze (reported on another pipe), and none of its tasks runs again.
+        if not self.controlled or rank in self.gone or rank in self.frozen:
             return
         match message:
             case msg.Begin(task, label, point, call):

@@ -353,6 +353,21 @@ def test_an_end_a_frozen_rank_sent_before_its_freeze_heard_after_it_changes_noth
     assert stops(world) == [("a", "to_here"), ("a/1", "frozen")] and s.tasks["a/1"].state == "ended"
     assert s.answers == {"a/1"} and s.tasks["a"].state == "ready", "its caller still waits for the timeout's error"
 
+def test_reports_a_frozen_rank_sent_before_its_freeze_read_after_it_are_ignored():
+    # The freeze is reported on the rank's main pipe, its scheduler messages on
+    # another: b called its own rank, and the call and its handler's Begin are
+    # read only after the freeze. Nobody is left to hear that call's answer, and
+    # the handler must never be chosen (its rank is stopped).
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Block("a", "w", ("cond", 1)))
+    assert world.goes() == ["a", "b"]
+    s.rank_gone(1, frozen=True)
+    world.say(1, msg.Issued("b/1", 1, python=True), msg.Begin("b/1", "serving f", "serve f", call="b/1"))
+    assert s.answers == set() and s.arrivals == set() and "b/1" not in s.tasks
+    world.say(0, msg.Notified("a"))
+    assert world.goes() == ["a", "b", "a"] and [rank for rank, _ in world.sent] == [0, 1, 0]
+
 def test_an_rref_is_made_when_its_handler_ends():
     world = steady()
     s = world.scheduler
