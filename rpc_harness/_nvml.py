@@ -23,7 +23,7 @@ from collections.abc import Iterable
 _LIBRARY = "libnvidia-ml.so.1"
 _SUCCESS = 0
 _INSUFFICIENT_SIZE = 7
-_MAX_PROCESSES = 256
+_MAX_PROCESSES = 1024  # twice the largest world: its ranks and anything else on the GPU
 
 
 class _ProcessInfo(ctypes.Structure):

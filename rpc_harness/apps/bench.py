@@ -1,6 +1,6 @@
 """``rpc-harness bench``: every benchmark figure in one run.
 
-- world bring-up + teardown from 2 to 256 ranks, against the tutorials' way
+- world bring-up + teardown from 2 to 512 ranks, against the tutorials' way
   (``torch.multiprocessing.spawn`` + ``init_rpc``) up to 16, medians and
   ratio, drawn as growth curves with a third way: an entry in a reused
   world of each size up to 64 (the reuse section);
@@ -193,7 +193,7 @@ def spawn_world(world_size: int) -> float:
         return time.perf_counter() - started
 
 
-SIZES = (2, 4, 16, 64, 256)
+SIZES = (2, 4, 16, 64, 256, 512)
 QUICK_SIZES = (2, 4)
 # Reused worlds are measured up to 64 ranks: a 256-rank world's bring-up
 # alone is most of a minute here, and its entries add nothing to the curve's shape.

@@ -135,7 +135,7 @@ def test_6_a_deadline_out_of_range_is_bad_input_naming_the_flag(capsys, no_world
     ("--seed", "1.5", "invalid seed '1.5'"), ("--seed", "nan", "invalid seed 'nan'"),
     ("--steps", "0", "--steps 0: the training budget"), ("--steps", "-3", "--steps -3: the training budget"),
     ("--world-size", "0", "invalid world_size 0"), ("--world-size", "-2", "invalid world_size -2"),
-    ("--world-size", "257", "invalid world_size 257; use at most 256"),
+    ("--world-size", "513", "invalid world_size 513; use at most 512"),
 ])
 def test_6_every_numeric_flag_of_run_refuses_its_edges(capsys, no_world, flag, value, message):
     assert cli.main(["run", "ps", flag, value, "--progress", "off"]) == 2

@@ -28,8 +28,8 @@ def test_a_bad_env_is_refused_before_any_rank_starts(env, message):
     [
         ({"world_size": 0}, "invalid world_size 0"),
         ({"world_size": True}, "invalid world_size True"),
-        ({"world_size": "2"}, "invalid world_size '2'; use a whole number in 1..256"),
-        ({"world_size": 257}, "invalid world_size 257; use at most 256"),
+        ({"world_size": "2"}, "invalid world_size '2'; use a whole number in 1..512"),
+        ({"world_size": 513}, "invalid world_size 513; use at most 512"),
         ({"world_size": 2, "names": ["a"]}, "1 names given for world_size=2"),
         ({"world_size": 2, "names": ["a", "a"]}, "duplicate worker names"),
         ({"world_size": 2, "names": ["a b", "c"]}, "invalid worker name 'a b'"),
@@ -81,10 +81,10 @@ def test_a_spawned_programs_signature_is_checked_against_its_arguments(monkeypat
     with pytest.raises(WorldSpecError, match=r"spawn\(\): worlds:add\(a, b\) cannot be called as add\(rank, 1, 2\): "
                                              "too many positional arguments"):
         rpc_harness.spawn(worlds.add, args=(1, 2), nprocs=2)
-    with pytest.raises(WorldSpecError, match="invalid nprocs 0; use 1..256"):
+    with pytest.raises(WorldSpecError, match="invalid nprocs 0; use 1..512"):
         rpc_harness.spawn(worlds.add, args=(1,), nprocs=0)
-    with pytest.raises(WorldSpecError, match="invalid nprocs 257; use at most 256"):
-        rpc_harness.spawn(worlds.add, args=(1,), nprocs=257)
+    with pytest.raises(WorldSpecError, match="invalid nprocs 513; use at most 512"):
+        rpc_harness.spawn(worlds.add, args=(1,), nprocs=513)
 
 
 def test_failpoints_outside_a_world_do_nothing():

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rpc_harness import Fault, FaultPlan, FaultPlanError, ReplayError, WorldSpecError
 from rpc_harness import scenario as registry
 from rpc_harness.faults import DELAYABLE_MESSAGE_TYPES, FAILPOINT_KINDS, RETRYABLE_MESSAGE_TYPES
+from rpc_harness.options import MAX_WORLD_SIZE
 from rpc_harness.repro import Repro, decode
 
 NAMES = st.sampled_from(["w0", "trainer2", "observer1", "ps"])
@@ -105,7 +106,7 @@ def test_a_crafted_token_is_valid_field_by_field_or_refused(data):
         repro = decode(_token(data))
     except ReplayError:
         return
-    assert isinstance(repro.world_size, int) and not isinstance(repro.world_size, bool) and 1 <= repro.world_size <= 256
+    assert isinstance(repro.world_size, int) and not isinstance(repro.world_size, bool) and 1 <= repro.world_size <= MAX_WORLD_SIZE
     assert isinstance(repro.seed, int) and not isinstance(repro.seed, bool)
     assert all(isinstance(name, str) for name in repro.names)
     assert isinstance(repro.faults, str) and isinstance(repro.plan, FaultPlan)

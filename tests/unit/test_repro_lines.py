@@ -282,7 +282,7 @@ VALID = {"n": 2, "seed": 1, "e": "m:f"}
     [
         ([1], "corrupt repro token: its fields are a list, not a mapping"),
         ({"n": 2, "e": "m:f"}, "repro token field 'seed' is missing"),
-        ({**VALID, "n": 0}, "repro token field 'n' must be a whole number in 1..256, got 0"),
+        ({**VALID, "n": 0}, "repro token field 'n' must be a whole number in 1..512, got 0"),
         (
             {**VALID, "e": "no colon"},
             "repro token field 'e' must be 'package.module:function' or "

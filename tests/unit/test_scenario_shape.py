@@ -48,7 +48,7 @@ def test_the_built_in_scenarios_are_registered_by_entry_point_and_have_the_shape
 @pytest.mark.parametrize(
     ("size", "message"),
     [(1, "invalid world_size 1; the scenario needs >= 2 ranks"),
-     (300, "invalid world_size 300; use at most 256"),
+     (600, "invalid world_size 600; use at most 512"),
      ("3", "invalid world_size '3'; use a whole number"),
      (True, "invalid world_size True; use a whole number")],
 )
@@ -83,7 +83,7 @@ def test_a_bad_config_is_refused_naming_the_field(no_world, name):
 @pytest.mark.parametrize("name", BUILT_IN)
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["-n", "1"], "needs >= 2 ranks"), (["-n", "300"], "use at most 256"),
+    [(["-n", "1"], "needs >= 2 ranks"), (["-n", "600"], "use at most 512"),
      (["--steps", "-1"], "--steps -1: the training budget"), (["--steps", "0"], "must be a whole number >= 1"),
      (["--fuzz", "5"], "argument --fuzz: invalid fuzz '5'; use the largest delay in seconds, 0..1")],
 )
