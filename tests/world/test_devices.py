@@ -54,8 +54,9 @@ def test_cuda_tensors_travel_along_the_programs_device_maps(rpc_world):
     assert result.values[0] == {"device": "cuda:0", "value": [2.0, 2.0]}
 
 
-def test_a_rank_knows_its_device_and_a_cpu_world_is_on_the_cpu(rpc_world):
-    result = rpc_world.run(worlds.device_of, world_size=2)
+def test_a_rank_knows_its_device_and_a_cpu_world_is_on_the_cpu(rpc_world_module):
+    # A plain entry needs no fresh world: it runs in this module's reused one.
+    result = rpc_world_module.run(worlds.device_of, world_size=2)
     assert result.values == ["cpu", "cpu"]
     assert "devices=" not in result.report(), "a CPU world's headline says nothing of devices"
 
@@ -81,7 +82,7 @@ def test_a_failed_worlds_report_says_how_much_gpu_memory_each_rank_held(monkeypa
     assert {line.split(":")[0].strip() for line in held} >= {"rank 0 (worker0)", "rank 1 (worker1)"}, lines[:5]
 
 
-def test_a_run_style_entry_moves_tensors_on_its_ranks_devices_the_cpu_here(rpc_world):
+def test_a_run_style_entry_moves_tensors_on_its_ranks_devices_the_cpu_here(rpc_world_module):
     # The entry tests/gpu runs with devices="cuda", here on the CPU: the same code path.
-    result = rpc_world.run(worlds.ring_on_device, world_size=3)
+    result = rpc_world_module.run(worlds.ring_on_device, world_size=3)
     assert result.values == [{"device": "cpu", "value": [float(r) + 1] * 4} for r in range(3)]
