@@ -160,7 +160,7 @@ def test_run_refuses_bad_input_before_importing_torch(tmp_path):
     import subprocess
     import sys
 
-    cases = [["-n", "0"], ["rnn", "-n", "0"], ["ps", "-n", "300"], ["--steps", "0"], ["rl", "--faults", ""],
+    cases = [["-n", "0"], ["rnn", "-n", "0"], ["ps", "-n", "600"], ["--steps", "0"], ["rl", "--faults", ""],
              ["--set", "epochs"], ["chess"], ["all", "--repeat", "0"], ["ps", "--faults", "boom:x@y"],
              ["ps", "--seed", "-1"], ["ps", "-n", "x"]]
     proc = subprocess.run([sys.executable, "-c", NO_TORCH_DRIVER, json.dumps(cases)], capture_output=True,
