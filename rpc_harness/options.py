@@ -43,9 +43,10 @@ DEFAULT_RPC_TIMEOUT = 60.0  # seconds an RPC waits for its answer (torch's own d
 # to a user and overflow torch's millisecond timeouts; inf and nan pass no check.
 MAX_SECONDS = 7 * 24 * 3600.0
 MAX_FUZZ = 1.0  # seconds: the largest seeded delay of schedule fuzzing
-# Measured here (2 cores, 24 GB): 512 ranks up and down in about half a
-# minute and 10 GB, through the store's rendezvous (_rendezvous) and with
-# the soft limit on open files raised (_limits).
+# Measured here (2 cores, 24 GB): 512 ranks up and down in 20 s and 7.5 GB
+# (the bench's median; 31 s for one world under a soft limit of 1,024 open
+# files), through the store's rendezvous (_rendezvous) and with that limit
+# raised (_limits).
 MAX_WORLD_SIZE = 512
 # Worlds with message faults or fuzzing run torch's faulty agent, which cannot
 # leave TensorPipe's shared-memory transport: its AF_UNIX backlog of 128 takes
