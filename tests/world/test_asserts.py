@@ -148,9 +148,8 @@ def test_a_failing_assert_in_a_spawned_program_reads_as_in_the_test_process(pyte
     assert f"rank 1 (worker1): raised AssertionError: {LISTS} (in its entry)" in result.stdout.str()
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): an xdist session (-n 2) in
-# a process of its own, its eight worlds failing on purpose: asserts must read alike in xdist
-# workers' ranks.
+# One of the suite's slowest (pytest --durations): an xdist session (-n 2) in a process of its own,
+# its eight worlds failing on purpose: asserts must read alike in xdist workers' ranks.
 @pytest.mark.long
 def test_under_xdist_asserts_in_ranks_read_as_in_the_test_process(pytester):
     pytester.makepyfile(ENTRIES + RUN_TESTS + SPAWN_TESTS)

@@ -107,9 +107,8 @@ def test_the_idiomatic_gpu_skipif_initializes_cuda_nowhere(pytester):
     assert not calls.exists(), f"CUDA's driver was initialized (pids {calls.read_text().split()})"
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): the forkserver's own
-# imports are under test, so a pytest session of its own (a fresh forkserver); and each rank imports
-# the refused module itself.
+# One of the suite's slowest (pytest --durations): the forkserver's own imports are under test, so a
+# pytest session of its own (a fresh forkserver); and each rank imports the refused module itself.
 def test_a_module_that_asks_for_cuda_at_import_is_named_and_imported_by_each_rank(pytester):
     pytester.makepyfile(test_a_eager=EAGER_CUDA_MODULE, test_b_cpu=CPU_MODULE)
     result = _run(pytester, "-rw")
@@ -145,9 +144,8 @@ def test_cpu_world(rpc_world):
 """
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a pytest session of its
-# own (the forkserver that imports the module must be a fresh one), a failing CUDA world and a CPU
-# world in it.
+# One of the suite's slowest (pytest --durations): a pytest session of its own (the forkserver that
+# imports the module must be a fresh one), a failing CUDA world and a CPU world in it.
 def test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so(pytester):
     pytester.makeconftest(FAKE_CUDA_MACHINE_CONFTEST)
     pytester.makepyfile(test_a_driver=DRIVER_MODULE)
@@ -160,6 +158,8 @@ def test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so(py
         "forkserver*"])
 
 
+# One of the suite's slowest (pytest --durations): a pytest session of its own, so that the module
+# that fakes a bad fork is preloaded by a fresh forkserver.
 def test_a_rank_forked_after_cuda_was_initialized_says_who_and_what_to_do(pytester):
     pytester.makepyfile(
         test_bad_fork="""

@@ -17,9 +17,8 @@ def count_tests(code):
     return sum(isinstance(node, ast.FunctionDef) and node.name.startswith("test") for node in ast.parse(code).body)
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): every example of the
-# README and the docs, run as printed: their tests in a pytest session of their own, each script in
-# an interpreter of its own.
+# One of the suite's slowest (pytest --durations): every example of the README and the docs, run as
+# printed: their tests in a pytest session of their own, each script in an interpreter of its own.
 @pytest.mark.long
 def test_every_example_of_the_readme_and_the_docs_runs_as_printed(pytester):
     found, problems = doc_examples.files()

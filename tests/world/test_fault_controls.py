@@ -115,6 +115,8 @@ def test_a_msgfail_within_torchs_retries_fails_each_send_that_often_and_the_worl
     assert sorted(f.attempt for f in events) == [1, 1, 2, 2], "two tries of each message failed, none more"
 
 
+# One of the suite's slowest (pytest --durations): torch retries a failed message on its own clock
+# (about 9 s for its last try); the test must outlast every try.
 def test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world():
     assert TORCH_SEND_TRIES == TORCH_TRIES, "the harness's idea of torch's retry budget"
     plan = f"msgfail:worker0@RREF_USER_DELETE={TORCH_TRIES}"

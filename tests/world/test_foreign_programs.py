@@ -99,8 +99,8 @@ def test_2_a_msgfail_that_loses_a_message_ends_in_a_verdict_even_when_the_world_
 # -- 3 ----------------------------------------------------------------------------------
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a race that failed about
-# one run in six needs many runs: ten in each of two streams at once.
+# One of the suite's slowest (pytest --durations): a race that failed about one run in six needs
+# many runs: ten in each of two streams at once.
 @pytest.mark.long
 def test_3_a_program_with_its_own_tcp_store_passes_its_graceful_shutdown_with_two_worlds_at_once():
     # pytorch/examples' DDP + RPC: rank 0 hosts the program's own tcp://
@@ -124,6 +124,8 @@ def test_3_a_program_with_its_own_tcp_store_passes_its_graceful_shutdown_with_tw
 # -- 4 ----------------------------------------------------------------------------------
 
 
+# One of the suite's slowest (pytest --durations): a reply that takes 7 s against a 5 s rpc_timeout:
+# the timeout must be seen to act.
 def test_4_spawn_rpc_timeout_is_applied_or_refused_when_the_program_passes_its_own_options(rpc_world):
     # The program passes rpc.TensorPipeRpcBackendOptions() (torch's defaults,
     # rpc_timeout=60) and asks worker0 for a reply that takes 7 s.
@@ -190,9 +192,8 @@ def _rpc_harness_command():
     return [script] if os.path.exists(script) else [shutil.which("rpc-harness") or "rpc-harness"]
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): torch's RL tutorial
-# spawned as written (three processes) with a fault, then its token replayed by the CLI in fresh
-# processes.
+# One of the suite's slowest (pytest --durations): torch's RL tutorial spawned as written (three
+# processes) with a fault, then its token replayed by the CLI in fresh processes.
 def test_7_a_replay_token_rebuilds_the_test_modules_import_time_setup_or_refuses_first(rpc_world):
     # This module set sys.argv before importing the tutorial (see its top);
     # the token must bring that along, or refuse before any process starts.

@@ -91,8 +91,8 @@ if __name__ == "__main__":
 """
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): outside pytest means fresh
-# interpreters: two scripts, each starting a forkserver of its own.
+# One of the suite's slowest (pytest --durations): outside pytest means fresh interpreters: two
+# scripts, each starting a forkserver of its own.
 def test_4_outside_pytest_preload_and_the_environment_variable_reach_the_forkserver(tmp_path, short_tmp):
     (tmp_path / "by_call.py").write_text(PRELOADED)
     (tmp_path / "by_env.py").write_text(PRELOADED)

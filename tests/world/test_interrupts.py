@@ -104,8 +104,8 @@ def wait_for(condition, proc, pytester, within=120):
     assert condition(), f"never got there (exit code {proc.poll()}):\n{(pytester.path / 'session.log').read_text()[-4000:]}"
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a pytest session of its
-# own whose world outlives pytest-timeout's limit: the timeout is the subject.
+# One of the suite's slowest (pytest --durations): a pytest session of its own whose world outlives
+# pytest-timeout's limit: the timeout is the subject.
 def test_a_test_timeout_inside_a_world_reports_every_ranks_stacks_and_the_replay_line(pytester):
     pytester.makepyfile(test_worlds=ENTRY)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "times_out", timeout=300)
@@ -141,9 +141,9 @@ def test_times_out(warm, rpc_world):
 """
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a pytest session of its
-# own (its torch import, its forkserver) whose world runs until pytest-timeout's thread method ends
-# the process after 10 s: the timeout is the subject.
+# One of the suite's slowest (pytest --durations): a pytest session of its own (its torch import,
+# its forkserver) whose world runs until pytest-timeout's thread method ends the process after 10 s:
+# the timeout is the subject.
 def test_a_thread_method_timeout_prints_every_ranks_stacks_and_the_replay_line_before_it_ends_pytest(
         pytester, short_tmp, monkeypatch):
     # Its thread ends the process (os._exit): no report, no fixture teardown.
@@ -183,9 +183,9 @@ def test_a_test_timeout_during_bring_up_gives_the_replay_line_and_leaves_no_fork
         finish(pytester, proc, pids)
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): an xdist controller and
-# two workers in processes of their own, interrupted during bring-up, then waited for until every
-# worker and forkserver is gone.
+# One of the suite's slowest (pytest --durations): an xdist controller and two workers in processes
+# of their own, interrupted during bring-up, then waited for until every worker and forkserver is
+# gone.
 @pytest.mark.long
 def test_ctrl_c_to_an_xdist_controller_during_bring_up_leaves_no_folder_and_no_forkserver(pytester, short_tmp):
     # Workers that take longer to stop than xdist waits (10 s; torch's

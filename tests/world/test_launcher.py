@@ -247,8 +247,8 @@ def test_every_listener_of_a_rank_takes_the_full_backlog_its_namespace_allows():
         assert listeners and all(backlog == somaxconn for backlog, somaxconn in listeners), listeners
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): 256 ranks is the largest
-# world the harness promises, and only a world that size shows that it still comes up.
+# One of the suite's slowest (pytest --durations): only a world this big shows that big worlds still
+# come up (512, the limit, would take 10 GB and half a minute more), in a process of its own.
 BIG_WORLD = """
 import resource, sys
 sys.path.insert(0, {tests!r})

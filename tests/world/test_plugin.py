@@ -286,8 +286,8 @@ def test_records(rpc_world, request, n):
 """
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): two xdist sessions (-n 2),
-# each a process of its own: the seed must replay across sessions and workers.
+# One of the suite's slowest (pytest --durations): two xdist sessions (-n 2), each a process of its
+# own: the seed must replay across sessions and workers.
 @pytest.mark.long
 def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(pytester, tmp_path):
     # Also what shows that the fixture works under xdist at all.
@@ -354,9 +354,8 @@ def start_sleeping_session(pytester, tmp_path, tmp, *args):
     return proc, pids, tmp
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a session (under xdist: a
-# controller and two workers) in processes of their own, SIGTERMed mid-world, then waited for until
-# every rank is gone.
+# One of the suite's slowest (pytest --durations): a session (under xdist: a controller and two
+# workers) in processes of their own, SIGTERMed mid-world, then waited for until every rank is gone.
 @pytest.mark.long
 @pytest.mark.parametrize("xdist", [False, True], ids=["alone", "under-xdist"])
 def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_path, short_tmp, xdist):
@@ -375,9 +374,8 @@ def test_a_sigtermed_session_stops_its_ranks_and_leaves_no_folder(pytester, tmp_
             proc.wait()
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a session SIGKILLed mid-
-# world, then a second session that sweeps its folder: two processes of their own, and waits until
-# every rank is gone.
+# One of the suite's slowest (pytest --durations): a session SIGKILLed mid-world, then a second
+# session that sweeps its folder: two processes of their own, and waits until every rank is gone.
 @pytest.mark.long
 def test_no_rank_outlives_a_sigkilled_pytest_and_the_next_session_sweeps_its_folder(pytester, tmp_path, short_tmp):
     proc, pids, tmp = start_sleeping_session(pytester, tmp_path, short_tmp)

@@ -59,8 +59,8 @@ def test_rl_meets_its_contract(case):
     check_contract(rl.run(config, world_size=case.world_size, seed=case.seed, faults=case.faults, deadline=60))
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): Hypothesis draws world
-# sizes and fault plans; each example is a whole parameter-server world judged against its baseline.
+# One of the suite's slowest (pytest --durations): Hypothesis draws world sizes and fault plans;
+# each example is a whole parameter-server world judged against its baseline.
 @pytest.mark.long
 @hs.world_settings()
 @given(case=hs.scenario_worlds("ps", points=["trainer.step"], targets=lambda name: name.startswith("trainer"),
@@ -70,8 +70,8 @@ def test_ps_meets_its_contract(case):
     check_contract(ps.run(config, world_size=case.world_size, seed=case.seed, faults=case.faults, deadline=60))
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): Hypothesis draws world
-# sizes and delays; each example is a whole RNN world judged against its baseline.
+# One of the suite's slowest (pytest --durations): Hypothesis draws world sizes and delays; each
+# example is a whole RNN world judged against its baseline.
 @pytest.mark.long
 @hs.world_settings()
 @given(case=hs.scenario_worlds("rnn", max_size=3, points=["ps.forward", "trainer.step"],

@@ -29,6 +29,8 @@ def test_the_corpus_is_not_empty_and_every_token_decodes():
         decode(case.values[0])
 
 
+# One of the suite's slowest (pytest --durations): each regression's world replayed whole through
+# the CLI, its faults (delays and kills among them) acting as planned.
 @pytest.mark.parametrize(("token", "why"), corpus())
 def test_regression_world_replays_clean_with_its_faults_fired_where_planned(token, why, capsys, tmp_path):
     code = main(["replay", token, "--deadline", "30", "--out", str(tmp_path)])

@@ -54,9 +54,9 @@ BUGGY = "BUCKET = lambda k: 1 if k <= 2 else k  # planted: observers 1 and 2 sha
 FIXED = "BUCKET = lambda k: k\n"
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): Hypothesis searches world
-# sizes and fault plans until the planted bug fails, shrinks it, and the line it prints is replayed
-# in fresh processes: dozens of worlds, which is what is tested.
+# One of the suite's slowest (pytest --durations): Hypothesis searches world sizes and fault plans
+# until the planted bug fails, shrinks it, and the line it prints is replayed in fresh processes:
+# dozens of worlds, which is what is tested.
 def test_a_planted_bug_is_found_shrunk_and_replayed(pytester):
     pytester.makepyfile(test_planted=PLANTED + BUGGY)
     # In this process (its worlds fork from this worker's forkserver; they

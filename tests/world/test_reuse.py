@@ -441,9 +441,9 @@ def test_session(rpc_world_session):
     assert our_world_folders() <= before
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a pytest session with two
-# xdist workers, in a process of its own: three interpreters importing torch and two forkservers,
-# which is what is checked.
+# One of the suite's slowest (pytest --durations): a pytest session with two xdist workers, in a
+# process of its own: three interpreters importing torch and two forkservers, which is what is
+# checked.
 @pytest.mark.long
 def test_under_xdist_each_worker_keeps_its_own_live_world(pytester):
     pytester.makepyfile(ENTRIES + "".join(f"""

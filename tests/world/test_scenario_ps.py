@@ -13,8 +13,8 @@ CI = ps.Config()
 N_PARAMS = 8  # conv1, conv2, fc1, fc2: weight and bias each
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): real training on the CPU,
-# checked gradient for gradient against the single-process baseline, at 4 ranks as at 2.
+# One of the suite's slowest (pytest --durations): real training on the CPU, checked gradient for
+# gradient against the single-process baseline, at 4 ranks as at 2.
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_every_gradient_matches_the_baseline(world_size):
     report = ps.run(CI, world_size=world_size, seed=11)
@@ -78,6 +78,8 @@ def test_a_frozen_trainer_is_reaped_and_the_others_finish():
     assert reaped[0]["t"] - frozen_at >= 3 * config.ping_timeout, "three pings timed out first"
 
 
+# One of the suite's slowest (pytest --durations): the server's rule gives up on a frozen trainer
+# after its pings' timeouts (9 s): the waiting is what is tested.
 def test_a_rule_that_takes_timeouts_for_life_waits_on_a_frozen_trainer_until_it_gives_up():
     # The rule before the fix counted a timed-out ping as "alive but busy":
     # against a frozen trainer it never concludes (its give-up, 120 s, was

@@ -71,6 +71,8 @@ def test_explore_finds_the_lost_update_shrinks_it_and_its_replay_line_fails_agai
     assert again.schedule_digest == found.shrunk.world.schedule_digest and not again.ok
 
 
+# One of the suite's slowest (pytest --durations): six controlled worlds, and those that block on
+# the lock wait the 3 s stall watch before running free.
 def test_a_lock_the_scheduler_cannot_see_gives_up_control_with_stacks_not_a_hang():
     # Over many seeds some schedule pauses a handler inside its lock; the
     # other handler then blocks on a bare lock where the scheduler cannot see.

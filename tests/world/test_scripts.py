@@ -44,9 +44,8 @@ if __name__ == "__main__":
 """
 
 
-# One of the suite's slowest (pytest --durations: 12 to 35 s on 2 cores): a script run as `python
-# script.py`, then each of its replay lines run from another folder: fresh interpreters importing
-# torch, as a user's would.
+# One of the suite's slowest (pytest --durations): a script run as `python script.py`, then each of
+# its replay lines run from another folder: fresh interpreters importing torch, as a user's would.
 def test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere(tmp_path):
     # Issue 28: a function of a script run as `python script.py` lives in its
     # __main__, and the lines named it `__main__:boom`, which any other

@@ -53,6 +53,8 @@ def test_an_observer_slowed_where_it_serves_its_episodes(rpc_world):
     assert not fired(result, "delay:obs2@rpc.serve:Observer.run_episode#1+=0.2s")
 
 
+# One of the suite's slowest (pytest --durations): the tutorial's server hangs once a trainer is
+# dead, by design of the tutorial; the world's deadline (8 s) ends it.
 def test_a_trainer_killed_the_third_time_it_calls_the_parameter_server(rpc_world):
     fault = f"kill:trainer2@{PS_UPDATE}#3"
     # The tutorial's batch-updating server waits for every trainer's update:
