@@ -129,11 +129,17 @@ RENDEZVOUS = {
 }
 
 
-def check_rendezvous(value: Any, where: str) -> str:
-    if value not in RENDEZVOUS:
-        raise WorldSpecError(f"{where}: invalid rendezvous {clip(value)}; use one of: "
-                             + "; ".join(f"{name!r} ({meaning})" for name, meaning in RENDEZVOUS.items()))
+def _one_of(what: str, choices: dict[str, str], value: Any, where: str) -> str:
+    """``value`` if it is one of ``choices`` (name -> what it means), which
+    the error lists otherwise."""
+    if value not in choices:
+        raise WorldSpecError(f"{where}: invalid {what} {clip(value)}; use one of: "
+                             + "; ".join(f"{name!r} ({meaning})" for name, meaning in choices.items()))
     return value
+
+
+def check_rendezvous(value: Any, where: str) -> str:
+    return _one_of("rendezvous", RENDEZVOUS, value, where)
 
 
 def check_setup(value: Any, where: str) -> EntryRef:
@@ -189,10 +195,7 @@ EXPECTATIONS = {
 
 
 def check_expect(value: Any, where: str) -> str:
-    if value not in EXPECTATIONS:
-        raise WorldSpecError(f"{where}: invalid expect {value!r}; use one of: "
-                             + "; ".join(f"{name!r} ({meaning})" for name, meaning in EXPECTATIONS.items()))
-    return value
+    return _one_of("expect", EXPECTATIONS, value, where)
 
 
 def parse_number(text: str) -> float:
