@@ -153,10 +153,21 @@ class Lifecycle:
             _gate._gate.begin(self.ctx.name or str(self.ctx.rank), "main", "start")
 
     # -- leaving ------------------------------------------------------------------------
-    def leave(self, *, graceful: bool = True, timeout: float = 0, value: bytes | None = None) -> None:
+    def leave(self, *, graceful: bool = True, timeout: float = 0, value: bytes | None = None,
+              after_entry: bool = False) -> None:
         """Say this rank is done (with its pickled return value, if known),
         wait for the supervisor's word, and shut down as it says: gracefully
-        only if the program asked for it and no rank died."""
+        only if the program asked for it and no rank died.
+
+        ``after_entry``: the harness leaves for an entry that returned (not
+        the program's own ``rpc.shutdown()``). After a death it then skips
+        torch's non-graceful teardown: that crashed the rank (SIGSEGV or
+        SIGABRT, in ``_destroy_rref_context`` or the agent's ``shutdown()``)
+        in about one parameter-server world in fifteen after a planned kill,
+        with torch's Gloo group or without. Nothing runs in the rank after
+        it but its exit (``os._exit``, as every forkserver child), so no
+        program can tell; a program that calls ``rpc.shutdown()`` itself
+        still gets torch's."""
         if not self.joined or self.left:
             assert _original_shutdown is not None
             return _original_shutdown(graceful=graceful, timeout=timeout)
@@ -177,7 +188,8 @@ class Lifecycle:
         self.ctx.flush_progress()
         self.events.write("shutdown_start", graceful=graceful)
         assert _original_shutdown is not None
-        _original_shutdown(graceful=graceful, timeout=timeout)
+        if graceful or not after_entry:
+            _original_shutdown(graceful=graceful, timeout=timeout)
         # Again, now that it serves no more RPCs: a rank whose entry returns
         # at once (an observer) reaches its failpoints while serving peers.
         self.ctx.record_hits()

@@ -171,7 +171,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         send(msg.Value(pickled))
     else:
         try:
-            life.leave(value=pickled)
+            life.leave(value=pickled, after_entry=True)
         except BaseException as error:  # noqa: BLE001
             events.write("raised", error=one_line(error), phase="shutdown")
             send(_failure_message(error, "shutdown"))
