@@ -28,6 +28,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -309,8 +310,6 @@ def _store_rendezvous() -> None:
 def group_uses(source: str) -> list[str]:
     """What a function's source does with its ``group``, in order: the call
     that makes it, the calls it is passed to, the attributes read off it."""
-    import textwrap
-
     found: list[tuple[int, int, str]] = []
     for node in ast.walk(ast.parse(textwrap.dedent(source))):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "group" for t in node.targets):

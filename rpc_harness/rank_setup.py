@@ -101,7 +101,8 @@ def rpc_backend(
             to_delay.setdefault(kind, (rng_seed % 1000) / 1000.0 * ctx.fuzz)
     # One backend per world: plain TensorPipe's init meets its peers in a group
     # (Gloo's, or the world's store in its place: _rendezvous) that the faulty
-    # backend never joins, so a world that mixed them would deadlock in init_rpc. Ranks without message faults get the faulty agent with nothing armed.
+    # backend never joins, so a world that mixed them would deadlock in
+    # init_rpc. Ranks without message faults get the faulty agent with nothing armed.
     # Its options cannot choose TensorPipe's transports: such worlds keep shared
     # memory, and with it a limit of 33 ranks (options.MAX_FAULTY_WORLD_SIZE).
     if uses_faulty_agent(ctx.faults, ctx.fuzz):
