@@ -97,6 +97,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_scheduler_model.py",
     ],
     "rpc_harness/_schedule_link.py": ["tests/unit/test_schedule_core.py"],
+    "rpc_harness/_rendezvous.py": ["tests/unit/test_rendezvous.py"],
     "rpc_harness/_schedule/strategies.py": [
         "tests/unit/test_schedule_strategies.py",
         "tests/unit/test_schedule.py",

@@ -332,3 +332,31 @@ def test_the_schedule_option_is_parsed_once_into_the_value_every_part_of_the_wor
     assert calls == [" pct:2:40 "], "parsed by its check, and never again"
     with pytest.raises(rpc_harness.WorldSpecError, match=r"^test: invalid schedule"):
         O.WorldOptions.from_values({"schedule": "sometimes"}, where="test")
+
+
+def test_options_made_without_their_checks_still_read_their_schedule_parsed_once_by_its_text(monkeypatch):
+    from rpc_harness import schedule
+
+    monkeypatch.setattr(O, "_SCHEDULES", {})
+    options = O.WorldOptions(schedule="pct:2:40")  # made directly: no check has parsed it
+    spec = options.schedule_spec
+    assert spec == schedule.parse("pct:2:40") and options.schedule_spec is spec
+    assert O._SCHEDULES == {"pct:2:40": spec}, "kept under its own text"
+
+
+def test_the_parsed_schedules_kept_are_forgotten_at_256_not_after(monkeypatch):
+    spec = O.WorldOptions(schedule="controlled").schedule_spec
+    monkeypatch.setattr(O, "_SCHEDULES", {f"s{n}": spec for n in range(255)})
+    O._remember("last that fits", spec)
+    assert len(O._SCHEDULES) == 256
+    O._remember("one more", spec)
+    assert O._SCHEDULES == {"one more": spec}, "an exploration's many replays do not pile up"
+
+
+def test_a_rendezvous_that_is_neither_is_refused_naming_both():
+    assert O.check_rendezvous("store", "here") == "store" and O.check_rendezvous("gloo", "here") == "gloo"
+    with pytest.raises(rpc_harness.WorldSpecError) as refused:
+        O.check_rendezvous("tcp", "here")
+    assert str(refused.value) == (
+        "here: invalid rendezvous 'tcp'; use one of: 'store' (the default: the world's store does what torch's "
+        "Gloo group does in init_rpc); 'gloo' (torch's own: a Gloo group over every pair of ranks)")
