@@ -99,6 +99,8 @@ EXCHANGES = {
                        ("w1", 2, {"w0": {cuda("cuda:1"): cuda("cuda:0")}}, [])],
     "a one-sided map": [("w0", 2, {"w1": {cuda("cuda:0"): cuda("cuda:1")}}, [cuda("cuda:0")]),
                         ("w1", 2, {}, [])],
+    "devices beyond its maps": [("w0", 2, {"w1": {cuda("cuda:0"): cuda("cuda:1")}}, [cuda("cuda:0"), cuda("cuda:1")]),
+                                ("w1", 2, {}, [])],
     "a map past the peer's devices": [("w0", 2, {"w1": {cuda("cuda:0"): cuda("cuda:3")}}, []), ("w1", 2, {}, [])],
     "a map to nobody": [("w0", 2, {"w9": {cuda("cuda:0"): cuda("cuda:0")}}, []), ("w1", 2, {}, [])],
     "two devices onto one": [("w0", 2, {"w1": {cuda("cuda:0"): cuda("cuda:0"), cuda("cuda:1"): cuda("cuda:0")}},
