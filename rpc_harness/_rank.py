@@ -46,7 +46,7 @@ from .context import EventLog, RankContext, activate
 from .errors import one_line
 from .faults import FaultPlan
 from .options import DEFAULT_RPC_TIMEOUT
-from .rank_setup import die_with_parent, intra_op_threads, pin_loopback
+from .rank_setup import die_with_parent, intra_op_threads, pin_loopback, warm_math_kernels
 from .seeds import seed_everything
 
 # In the forkserver, before it imports anything else: modules imported from
@@ -55,6 +55,7 @@ _rpc_hooks.install()
 _lifecycle.install()
 _rendezvous.install()  # off until the rank chooses (rpc_harness._rendezvous)
 _devices.install()  # a spawned program's device maps: CUDA channels, or refused where there is no CUDA
+warm_math_kernels()  # before any rank's RPC threads can race to choose oneMKL's kernels (rank_setup)
 # A rank arms its stack dump on SIGUSR1 as it starts (main). Asked for its
 # stacks before that, because a peer failed while it was still starting, it
 # would die of the signal's default action and be reported as killed by

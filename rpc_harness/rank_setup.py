@@ -7,7 +7,9 @@ launcher (``_rank.py``) or torchrun (``rpc_harness.apps.torchrun``).
 - :func:`rpc_backend`: plain TensorPipe, or torch's faulty agent for message faults;
 - :func:`tensorpipe_options`: TCP and the basic channel (CUDA channels for a
   program's device maps where CUDA is available);
-- :func:`widen_listen_backlogs`: listeners that hold a whole world's connections.
+- :func:`widen_listen_backlogs`: listeners that hold a whole world's connections;
+- :func:`warm_math_kernels`: oneMKL's math kernels chosen on one thread, before
+  any RPC thread can race to choose them.
 
 Imports torch: for rank processes only, never for ``import rpc_harness``.
 """
@@ -23,6 +25,7 @@ from multiprocessing import parent_process
 from multiprocessing.connection import wait
 from typing import Any
 
+import torch
 import torch.distributed.rpc as rpc
 
 from . import _devices
@@ -62,6 +65,43 @@ def pin_loopback() -> None:
     told; RPC runs pickled code from any peer, so only loopback is acceptable."""
     os.environ["TP_SOCKET_IFNAME"] = "lo"
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+
+
+# The float unary ops torch hands to oneMKL's VML, for float32 and float64
+# (IMPLEMENT_VML_MKL in torch's aten/src/ATen/cpu/vml.h; a unit test reads
+# the installed header and holds this list to it).
+MKL_MATH_OPS = ("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log", "log10", "log2", "sin",
+                "sqrt", "tan", "tanh", "trunc")
+_math_kernels_warm = False
+
+
+def warm_math_kernels() -> None:
+    """Call each of torch's oneMKL math kernels once, on this thread.
+
+    oneMKL 2024.2 (in torch's x86 wheels) chooses a VML function's kernel at
+    its first call, and first calls made at once on several threads can run
+    a low-accuracy kernel for one of them, silently (pytorch/pytorch#188792).
+    In a rank those threads are RPC handlers: two peers' first requests each
+    running ``tanh`` on the owner. Measured here (torch 2.13, oneMKL 2024.2,
+    a Xeon with AVX-512): the test suite's tiny scenario failed its gradient
+    comparison in 1 world of 12, a 5e-5 error in step 0's forward; a fresh
+    process whose four threads made their first ``torch.acos`` calls at once
+    got a different answer from the same call made again in 6 of 30 runs, 0
+    of 30 after this warm-up. Called once in the forkserver, at the import of
+    the ranks' module, so that every rank inherits the chosen kernels (about
+    2 ms there), and by torchrun's ranks before ``init_rpc``."""
+    global _math_kernels_warm
+    for dtype in (torch.float32, torch.float64):
+        one = torch.full((1,), 0.5, dtype=dtype)  # in every op's domain
+        for name in MKL_MATH_OPS:
+            getattr(torch, name)(one)
+    _math_kernels_warm = True
+
+
+def math_kernels_warm() -> bool:
+    """Whether :func:`warm_math_kernels` ran in this process (or in the
+    forkserver it was forked from)."""
+    return _math_kernels_warm
 
 
 def intra_op_threads(env: dict[str, str], world_size: int) -> int:

@@ -602,3 +602,9 @@ def proxies_first_called_from_threads(ctx, rounds, threads):
         for worker in workers:
             worker.join()
     return rounds * threads
+
+
+def math_kernels_warm(ctx):
+    from rpc_harness import rank_setup
+
+    return rank_setup.math_kernels_warm()

@@ -897,6 +897,16 @@ BUGS = (
     Bug("the test process keeps its soft limit on open files before a big world", "rpc_harness/_launcher.py",
         "        _limits.raise_open_files()  # the supervisor's pipes", "        pass  # the supervisor's pipes",
         ("tests/world/test_launcher.py::test_a_256_rank_world_comes_up_and_every_rank_answers_its_neighbour",)),
+    Bug("ranks start with oneMKL's math kernels unchosen (their RPC threads may race to choose them)",
+        "rpc_harness/_rank.py", "warm_math_kernels()  # before", "pass  # before",
+        ("tests/world/test_launcher.py::test_every_rank_starts_with_onemkls_math_kernels_chosen_on_one_thread",)),
+    Bug("the math kernels' warm-up leaves tanh out", "rpc_harness/rank_setup.py",
+        '"sqrt", "tan", "tanh", "trunc")', '"sqrt", "tan", "trunc")',
+        ("tests/unit/test_math_kernels.py::test_the_warm_up_covers_every_op_this_torch_hands_to_onemkl",)),
+    Bug("the math kernels' warm-up runs float32 only", "rpc_harness/rank_setup.py",
+        "for dtype in (torch.float32, torch.float64):\n        one", "for dtype in (torch.float32,):\n        one",
+        ("tests/unit/test_math_kernels.py::"
+         "test_the_warm_up_calls_each_op_for_float32_and_float64_on_the_calling_thread",)),
 )
 
 

@@ -85,7 +85,7 @@ from rpc_harness.errors import (
 )
 from rpc_harness.faults import FAULT_KINDS, FaultPlan
 from rpc_harness.options import COMMAND_LINE_DEADLINE, add_option, whole_argument
-from rpc_harness.rank_setup import die_with_parent, rpc_backend
+from rpc_harness.rank_setup import die_with_parent, rpc_backend, warm_math_kernels
 from rpc_harness.rank_setup import pin_loopback as pin_to_lo
 from rpc_harness.repro import Repro, scenario_call
 from rpc_harness.scenario import Scenario
@@ -313,6 +313,7 @@ def run_rank(args: RunArgs, env: LaunchEnv) -> int:
                       deadline=args.deadline)
     activate(ctx)
     seed_everything(ctx.seed)
+    warm_math_kernels()  # before init_rpc starts the threads that could race for them (rank_setup)
 
     backend, options = rpc_backend(ctx, INIT_METHOD, rpc_timeout=args.deadline)
     rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)

@@ -200,6 +200,12 @@ def test_ranks_share_the_cores_out_unless_the_env_says_otherwise():
     assert told.values == [3, 3]
 
 
+def test_every_rank_starts_with_onemkls_math_kernels_chosen_on_one_thread():
+    # Chosen in the forkserver before any fork (rank_setup.warm_math_kernels):
+    # a rank's RPC threads can no longer race to choose them.
+    assert rpc_harness.run_world(worlds.math_kernels_warm, world_size=2).values == [True, True]
+
+
 def test_ranks_listen_on_loopback_only():
     result = rpc_harness.run_world(worlds.listening_addresses, world_size=2)
     addresses = [a for value in result.values for a in value]
