@@ -28,6 +28,7 @@ import collections.abc
 import dataclasses
 import importlib
 import json
+import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -626,5 +627,19 @@ def summary(report: ScenarioReport) -> dict[str, Any]:
         "history": list(report.history), "baseline_history": list(report.baseline_history),
         "replay": report.replay,
     }
-    json.dumps(out, default=float)  # fail here, not half-way through a file
+    out = _finite(out)
+    json.dumps(out, default=float, allow_nan=False)  # fail here, not half-way through a file
     return out
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity (a world that recorded nothing
+    has no metric) as None: JSON has no NaN, and strict parsers (jq, a
+    browser's JSON.parse, Go's encoding/json) refuse Python's ``NaN``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

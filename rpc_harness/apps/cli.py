@@ -492,7 +492,7 @@ def write_outputs(folder: str, report: ScenarioReport, job: Job) -> None:
 def write_summary(folder: str, rows: Sequence[tuple[Job, ScenarioReport]], seed: int) -> None:
     worlds = [dict(registry.summary(report), check=job.label, faults=job.repro.faults) for job, report in rows]
     with open(os.path.join(folder, "summary.json"), "w") as file:
-        json.dump({"seed": seed, "worlds": worlds}, file, indent=2, default=float)
+        json.dump({"seed": seed, "worlds": worlds}, file, indent=2, default=float, allow_nan=False)
 
 
 # -- replay -----------------------------------------------------------------------

@@ -6,6 +6,7 @@ fail with its guard removed (tools/plant_bugs.py plants each removal)."""
 from __future__ import annotations
 
 import copy
+import json
 import math
 from importlib import metadata
 
@@ -426,3 +427,15 @@ def no_world(monkeypatch):
     monkeypatch.setattr("rpc_harness._launcher.run_world", refuse)
     monkeypatch.setattr("rpc_harness._launcher.spawn", refuse)
     return asked
+
+
+def test_a_summary_with_no_metric_is_strict_json_with_null_in_its_place():
+    # A world that recorded nothing has no metric (NaN), nor a history to
+    # judge; Python's json writes NaN, which jq or JSON.parse refuse.
+    report = registry.ScenarioReport("stub", 2, 1, "loss", history=[1.0, math.nan], baseline_history=[math.inf])
+    assert math.isnan(report.metric)
+    summary = registry.summary(report)
+    assert (summary["metric"], summary["history"], summary["baseline_history"]) == (None, [1.0, None], [None])
+    strict = json.loads(json.dumps(summary, allow_nan=False),
+                        parse_constant=lambda name: pytest.fail(f"{name} in the summary"))
+    assert strict["metric"] is None and strict["world_size"] == 2

@@ -41,8 +41,11 @@ def test_main_without_torchrun_environment_is_a_usage_error(monkeypatch, capsys)
 def test_loopback_detection_decides_the_interface_pinning(monkeypatch):
     assert torchrun.is_loopback("127.0.0.1") and torchrun.is_loopback("::1") and torchrun.is_loopback("localhost")
     assert not torchrun.is_loopback("10.1.2.3") and not torchrun.is_loopback("[2001:db8::1]")
-    monkeypatch.delenv("TP_SOCKET_IFNAME", raising=False)  # restored after the test, both
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    for name in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        # Set first, so that teardown also removes what pin_loopback sets:
+        # monkeypatch.delenv of an absent variable records nothing to undo.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     assert not torchrun.pin_loopback("10.1.2.3") and "TP_SOCKET_IFNAME" not in os.environ
     assert torchrun.pin_loopback("127.0.0.2")
     assert os.environ["TP_SOCKET_IFNAME"] == os.environ["GLOO_SOCKET_IFNAME"] == "lo"
