@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import io
 import json
 import multiprocessing
@@ -20,6 +21,7 @@ import shutil
 import socket
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from multiprocessing import forkserver, popen_forkserver, util
 from multiprocessing import spawn as mp_spawn
@@ -55,11 +57,35 @@ def preload(*modules: str) -> None:
     """Import ``modules`` once in the forkserver instead of once per rank.
 
     Takes effect for a forkserver that has not started yet (the first world
-    of a process starts it).
+    of a process starts it). A module that cannot be found here is named in
+    a warning and left out: only speed is lost (a rank that needs it imports
+    it itself, and says why it cannot), but a typo must not pass unseen.
     """
     for module in modules:
-        if module not in _PRELOAD:
+        if (problem := unimportable(module)) is not None:
+            _warn_once("rpc_harness.preload", problem)
+        elif module not in _PRELOAD:
             _PRELOAD.append(module)
+
+
+def unimportable(name: str) -> str | None:
+    """Why module ``name`` cannot be found here (None: it can), found
+    without importing it (its parent packages are imported)."""
+    try:
+        found = importlib.util.find_spec(name)
+    except Exception as error:  # noqa: BLE001 - a parent package that fails to import, a bad name
+        return f"{name!r} cannot be imported: {type(error).__name__}: {error}"
+    return None if found is not None else f"no module named {name!r}"
+
+
+_warned_preloads: set[tuple[str, str]] = set()
+
+
+def _warn_once(source: str, problem: str) -> None:
+    if (source, problem) not in _warned_preloads:
+        _warned_preloads.add((source, problem))
+        warnings.warn(f"{source}: {problem}; worlds start without it (a rank that needs it imports it itself)",
+                      UserWarning, stacklevel=3)
 
 
 # How the ranks rewrite asserts (rpc_harness._asserts.session_rewriting): set by the
@@ -103,6 +129,9 @@ def _mp_context() -> Any:
     _workdirs.stamp_multiprocessing_folder()  # where the forkserver's socket goes; see _workdirs
     ctx = multiprocessing.get_context("forkserver")
     extra = [m.strip() for m in os.environ.get("RPC_HARNESS_PRELOAD", "").split(",") if m.strip()]
+    for module in extra:
+        if (problem := unimportable(module)) is not None:
+            _warn_once("RPC_HARNESS_PRELOAD", problem)
     # Read by rpc_harness._preload in the forkserver, which inherits this
     # environment when the first world of the process starts it.
     os.environ[PRELOAD_ENV] = json.dumps({"parent": os.getpid(), "sys_path": list(sys.path),

@@ -10,7 +10,6 @@ never imports torch.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import sys
 import warnings
@@ -247,34 +246,26 @@ class Settings:
         return f"{base} (with {', '.join(other)})" if other else base
 
 
-def _unimportable(name: str) -> str | None:
-    """Why module ``name`` cannot be found here (None: it can), found
-    without importing it (its parent packages are imported)."""
-    try:
-        found = importlib.util.find_spec(name)
-    except Exception as error:  # noqa: BLE001 - a parent package that fails to import, a bad name
-        return f"{name!r} cannot be imported: {type(error).__name__}: {error}"
-    return None if found is not None else f"no module named {name!r}"
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before the first world starts its forkserver: have it import pytest
     and the test modules whose tests use ``rpc_world`` (and ``rpc_preload``),
     which every rank running one of their entries would import otherwise
     (measured: a 4-rank world ~60 % slower without)."""
     from ._asserts import session_rewriting
-    from ._launcher import preload, rewrite_asserts
+    from ._launcher import preload, rewrite_asserts, unimportable
 
     modules = {item.module.__name__ for item in session.items
                if _runs_worlds(item) and getattr(item, "module", None) is not None}
-    listed = session.config.getini(PRELOAD_INI)
-    for name in listed:
-        if (problem := _unimportable(name)) is not None:
+    listed = []
+    for name in session.config.getini(PRELOAD_INI):
+        if (problem := unimportable(name)) is not None:
             # Only speed is lost (a rank imports what it needs itself), so a
             # warning, not an error: but a typo must not pass unseen.
             warnings.warn(pytest.PytestConfigWarning(
                 f"ini {PRELOAD_INI}: {problem}; worlds start without it (a rank that needs it imports it itself)"),
                 stacklevel=1)
+        else:
+            listed.append(name)
     preload("pytest", *sorted(modules), *listed)
     # Ranks rewrite asserts as this session does (the modules it rewrote
     # are known by now); the session before it (pytester's outer one) gets

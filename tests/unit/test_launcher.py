@@ -149,3 +149,29 @@ def test_a_long_isolation_setting_is_cut_in_its_error(monkeypatch):
     message = str(caught.value)
     assert message.startswith(f"{ISOLATION_ENV}='xxx") and "(100,000 characters, cut)" in message
     assert message.endswith(": use auto, off or require") and len(message) < 200
+
+
+def test_a_preloaded_module_that_cannot_be_found_is_named_once_and_left_out(monkeypatch):
+    from rpc_harness import _launcher
+
+    monkeypatch.setattr(_launcher, "_PRELOAD", list(_launcher._PRELOAD))  # this worker's forkserver list
+    monkeypatch.setattr(_launcher, "_warned_preloads", set())
+    with pytest.warns(UserWarning) as said:
+        rpc_harness.preload("json", "jsno", "jsno.decoder")
+        rpc_harness.preload("jsno")  # said once
+    assert [str(w.message) for w in said] == [
+        "rpc_harness.preload: no module named 'jsno'; worlds start without it (a rank that needs it imports "
+        "it itself)",
+        "rpc_harness.preload: 'jsno.decoder' cannot be imported: ModuleNotFoundError: No module named 'jsno'; "
+        "worlds start without it (a rank that needs it imports it itself)"]
+    assert "json" in _launcher._PRELOAD and not {"jsno", "jsno.decoder"} & set(_launcher._PRELOAD)
+
+
+def test_an_rpc_harness_preload_entry_that_cannot_be_found_is_named(monkeypatch):
+    from rpc_harness import _launcher
+
+    monkeypatch.setattr(_launcher, "_warned_preloads", set())
+    monkeypatch.setenv(_launcher.PRELOAD_ENV, os.environ.get(_launcher.PRELOAD_ENV, ""))  # put back after
+    monkeypatch.setenv("RPC_HARNESS_PRELOAD", "json, jsno")
+    with pytest.warns(UserWarning, match=r"^RPC_HARNESS_PRELOAD: no module named 'jsno'; worlds start without it"):
+        _launcher.forkserver_context()
