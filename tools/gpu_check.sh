@@ -4,6 +4,7 @@
 #   1. tests/gpu            (marker gpu: device maps, CUDA run worlds, the scenarios on the GPU, nothing left on it)
 #   2. the main job on the GPU: rpc-harness run all --device cuda (each scenario and its fault checks)
 #   3. the whole suite      (pytest -n auto, tests/gpu's idiomatic skipif module included)
+#   4. if it failed: its failed tests again, alone (pytest --lf, one process)
 # and print what ran and what passed. Exit 0 only when every step passed and
 # tests/gpu skipped nothing. Refuses (exit 2) where CUDA is not available.
 # Run on an H200 on 2026-11-26 (what passed: docs/benchmarks.md). Failures are
@@ -63,6 +64,13 @@ step "rpc-harness run all --device cuda" "$out/run-device-cuda.log" -- \
 notes+=("$(grep -E '^(ok|FAILED):' "$out/run-device-cuda.log" | wc -l) worlds reported, $(grep -c '^FAILED:' "$out/run-device-cuda.log") failed")
 step "whole suite" "$out/suite.log" -- "${bin}pytest" -n auto -v --tb=short -rfEs --durations=15 --junitxml="$out/suite.xml"
 notes+=("$(counts "$out/suite.xml")")
+if [ "${codes[-1]}" != 0 ] && [ -s "$out/suite.xml" ]; then
+    # Tests that failed in the whole suite, again on their own (one worker):
+    # "fails alone too" and "fails only beside the others" are different bugs.
+    step "the suite's failures, alone" "$out/suite-failures-alone.log" -- "${bin}pytest" --lf --lfnf=none -p no:randomly -v \
+        --tb=short -rfE --junitxml="$out/suite-failures-alone.xml"
+    notes+=("$(counts "$out/suite-failures-alone.xml")")
+fi
 
 echo
 echo "=== gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ); logs in $out)"
