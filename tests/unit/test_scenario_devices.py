@@ -8,6 +8,7 @@ machine)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -20,6 +21,28 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 # Devices this machine can compute on; a CUDA machine adds its first GPU.
 DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(autouse=True)
+def numerics_put_back(monkeypatch):
+    """What ``_device.prepare`` sets for a CUDA device is process-wide: a
+    test that runs a model on cuda:0 here (a CUDA machine) must not leave
+    this xdist worker deterministic and without TF32 for the tests after it."""
+    name = "CUBLAS_WORKSPACE_CONFIG"
+    if name in os.environ:
+        monkeypatch.setenv(name, os.environ[name])  # recorded: teardown puts it back
+    else:  # recorded as absent (delenv of an absent variable records nothing): teardown removes it
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    flags = [(torch.backends.cudnn, "deterministic"), (torch.backends.cudnn, "benchmark"),
+             (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in flags]
+    determinism = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    set_determinism = torch.use_deterministic_algorithms  # the real one: a test may fake it until after this
+    yield
+    for owner, name, value in saved:
+        setattr(owner, name, value)
+    set_determinism(determinism[0], warn_only=determinism[1])
 
 
 class FakeContext:
@@ -99,6 +122,16 @@ def test_to_cpu_copies_every_tensor_of_a_record_and_keeps_the_rest():
     moved = _device.to_cpu(value)
     assert moved["b"] == 3 and moved["a"][1][1] == "x"
     assert all(t.device.type == "cpu" for t in (moved["a"][0], moved["a"][1][0]))
+
+
+def test_prepare_for_cuda_turns_tf32_off_and_deterministic_algorithms_on():
+    # Flags and an environment variable only: no CUDA call, so a CPU torch can be asked.
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.benchmark = True
+    _device.prepare("cuda:0")
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 
 
 def test_prepare_changes_nothing_for_the_cpu(monkeypatch):
