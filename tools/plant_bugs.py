@@ -909,6 +909,13 @@ BUGS = (
     Bug("the ps judge compares only the steps both sides have", "rpc_harness/scenarios/parameter_server/judge.py",
         "    for index in range(max(len(steps), len(expected.steps))):", "    for index in range(min(len(steps), len(expected.steps))):",
         ("tests/unit/test_ps_judge.py::test_a_step_only_one_side_has_is_a_mismatch_not_a_crash",)),
+    Bug("prepare sets the cuDNN flags by assignment (refused where torch's test utilities froze them)",
+        "rpc_harness/scenarios/_device.py",
+        "    torch.backends.cudnn.set_flags(_benchmark=False, _deterministic=True, _allow_tf32=False)\n",
+        "    torch.backends.cudnn.allow_tf32 = False\n    torch.backends.cudnn.deterministic = True\n"
+        "    torch.backends.cudnn.benchmark = False\n",
+        ("tests/unit/test_scenario_devices.py::"
+         "test_prepare_for_cuda_works_where_torchs_test_utilities_froze_the_cudnn_flags",)),
     Bug("a summary keeps a missing metric as NaN (not JSON)", "rpc_harness/scenario.py",
         "    out = _finite(out)\n", "",
         ("tests/unit/test_guards.py::test_a_summary_with_no_metric_is_strict_json_with_null_in_its_place",)),

@@ -53,9 +53,14 @@ def prepare(device: torch.device | str) -> None:
     # cuBLAS reads it when its first handle is made: before any matmul.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
+    # Through set_flags (what torch's own cudnn.flags() uses), not by
+    # assignment: torch's test utilities (torch.testing._internal.common_utils,
+    # which its RPC examples import) freeze assignment to the cuDNN flags for
+    # the whole process at import, and every rank forked from a forkserver
+    # that preloaded such a test module inherits that. On an H200 the whole
+    # suite's GPU scenario tests failed so (the forkserver had preloaded
+    # tests/world/test_spawn.py), and passed alone.
+    torch.backends.cudnn.set_flags(_benchmark=False, _deterministic=True, _allow_tf32=False)
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 

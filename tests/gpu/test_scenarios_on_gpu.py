@@ -3,8 +3,10 @@ its single-process CPU baseline within the GPU tolerances
 (rpc_harness/scenarios/_device.py says which and why), and its fault checks
 (killed trainer, slow observer, server kill, ...) run on the GPU too.
 Passed alone on an H200 (2026-11-26), with the largest gradient difference
-from the CPU baseline 3.1e-6; all ten failed inside the whole suite there,
-for a reason that run did not print (docs/benchmarks.md)."""
+from the CPU baseline 3.1e-6; all ten failed inside the whole suite there.
+The likely cause was found later, on a CPU: the ranks inherited torch's
+frozen cuDNN flags from a preloaded test module (docs/benchmarks.md); fixed
+in ``_device.prepare``, not yet run on a GPU."""
 
 from __future__ import annotations
 

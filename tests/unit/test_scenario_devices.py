@@ -34,14 +34,15 @@ def numerics_put_back(monkeypatch):
     else:  # recorded as absent (delenv of an absent variable records nothing): teardown removes it
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
-    flags = [(torch.backends.cudnn, "deterministic"), (torch.backends.cudnn, "benchmark"),
-             (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")]
-    saved = [(owner, name, getattr(owner, name)) for owner, name in flags]
+    cudnn = torch.backends.cudnn
+    saved = {"_deterministic": cudnn.deterministic, "_benchmark": cudnn.benchmark, "_allow_tf32": cudnn.allow_tf32}
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
     determinism = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     set_determinism = torch.use_deterministic_algorithms  # the real one: a test may fake it until after this
     yield
-    for owner, name, value in saved:
-        setattr(owner, name, value)
+    # set_flags: assignment may be frozen in this process (torch's test utilities, imported by another test module)
+    cudnn.set_flags(**saved)
+    torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
     set_determinism(determinism[0], warn_only=determinism[1])
 
 
@@ -126,12 +127,29 @@ def test_to_cpu_copies_every_tensor_of_a_record_and_keeps_the_rest():
 
 def test_prepare_for_cuda_turns_tf32_off_and_deterministic_algorithms_on():
     # Flags and an environment variable only: no CUDA call, so a CPU torch can be asked.
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.set_flags(_allow_tf32=True, _benchmark=True)  # assignment may be frozen here (see below)
     _device.prepare("cuda:0")
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
     assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_prepare_for_cuda_works_where_torchs_test_utilities_froze_the_cudnn_flags(monkeypatch):
+    # What torch.backends.disable_global_flags() does, undone after the test:
+    # torch.testing._internal.common_utils calls it at import (a test module
+    # using torch's RPC examples), and ranks forked after it inherit it.
+    flag = "__allow_nonbracketed_mutation_flag"
+    where = torch.backends.disable_global_flags.__globals__  # torch.backends' own namespace
+    monkeypatch.setitem(where, flag, where[flag])  # recorded: put back after the test
+    torch.backends.disable_global_flags()
+    assert torch.backends.flags_frozen()
+    with pytest.raises(RuntimeError, match="disable_global_flags"):
+        torch.backends.cudnn.deterministic = True  # precondition: assignment is refused
+    _device.prepare("cuda:0")
+    assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    assert not torch.backends.cudnn.allow_tf32
 
 
 def test_prepare_changes_nothing_for_the_cpu(monkeypatch):
