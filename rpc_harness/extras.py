@@ -11,6 +11,7 @@ plugin loads or a scenario is listed.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from .errors import MissingExtra
@@ -37,3 +38,9 @@ def require(module: str, needed_by: str) -> ModuleType:
         raise MissingExtra(
             f"{needed_by} needs {top}, which is not installed: pip install 'rpc-harness[{extra}]'"
         ) from None
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` (a package of one of the extras) is installed,
+    found without importing it."""
+    return importlib.util.find_spec(module) is not None

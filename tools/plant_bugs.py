@@ -916,6 +916,9 @@ BUGS = (
         "    torch.backends.cudnn.benchmark = False\n",
         ("tests/unit/test_scenario_devices.py::"
          "test_prepare_for_cuda_works_where_torchs_test_utilities_froze_the_cudnn_flags",)),
+    Bug("the rl scenario preloads gymnasium where the core install lacks it (a warning at every listing)",
+        "rpc_harness/scenarios/rl/roles.py", 'if installed("gymnasium"):', "if True:",
+        ("tests/world/test_install.py::test_a_missing_extra_is_one_line_naming_it_at_the_point_of_use",)),
     Bug("a summary keeps a missing metric as NaN (not JSON)", "rpc_harness/scenario.py",
         "    out = _finite(out)\n", "",
         ("tests/unit/test_guards.py::test_a_summary_with_no_metric_is_strict_json_with_null_in_its_place",)),

@@ -165,11 +165,13 @@ def test_a_users_own_harness_and_scenarios_modules_beside_the_fixture(core_venv,
 def test_a_missing_extra_is_one_line_naming_it_at_the_point_of_use(core_venv, tmp_path):
     listed = _run(core_venv, ["rpc-harness", "list"], tmp_path)
     assert listed.returncode == 0, listed.stdout + listed.stderr  # listing needs none of the scenarios' packages
+    assert listed.stderr == "", "listing says nothing of the packages it does not need"
     assert re.search(r"^\s*rl\b", listed.stdout, re.M), listed.stdout
     run = _run(core_venv, ["rpc-harness", "run", "rl", "--steps", "2"], tmp_path)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert "pip install 'rpc-harness[scenarios]'" in run.stderr and "gymnasium" in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, f"one line, not more: {run.stderr}"
     strategies = _run(core_venv, ["python", "-c", "from rpc_harness import strategies"], tmp_path)
     assert strategies.returncode != 0
     last = strategies.stderr.strip().splitlines()[-1]

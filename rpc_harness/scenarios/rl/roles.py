@@ -10,6 +10,7 @@ import torch.distributed.rpc as rpc
 from torch.distributed.rpc import RRef
 
 from rpc_harness import preload
+from rpc_harness.extras import installed
 
 from .._device import here
 from .._rpc import call_method, is_dead, is_remote_exception, origin
@@ -20,7 +21,9 @@ from .observer import Observer
 # The agent's first optimizer imports torch._dynamo (about 1 s here); in the
 # forkserver that is paid once per process instead of once per world. Only a
 # forkserver not yet started takes it (the first world of a process starts it).
-preload("torch._dynamo", "gymnasium", __name__)
+preload("torch._dynamo", __name__)
+if installed("gymnasium"):  # the [scenarios] extra; without it the scenario says so where it is run, not here
+    preload("gymnasium")
 
 
 class Distributed:
