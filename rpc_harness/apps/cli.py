@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from typing import NoReturn
 
 from rpc_harness import scenario as registry
 from rpc_harness.errors import (
@@ -61,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error(f"no command given; one of {', '.join(args.commands)}")
     except SystemExit as stop:  # argparse has said what was wrong (or printed --help)
         return int(stop.code or 0)
     terminate_as_interrupt()  # SIGTERM unwinds like Ctrl-C: ranks killed, world folders removed
@@ -88,10 +91,20 @@ def _installed(distribution: str) -> str:
         return "(not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose bad-input message is one line, as every
+    other refusal of this CLI is (argparse prints its whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rpc-harness", description=__doc__.split("\n\n")[0].replace("``", ""))
+    parser = _Parser(prog="rpc-harness", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--version", action="version", version=_versions())
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Not required here but in main: argparse would say "required: command"
+    # before naming an option it does not know (rpc-harness --bogus).
+    sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="run scenarios against their single-process baselines")
     run.add_argument("scenarios", nargs="*", default=["all"],
@@ -159,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("list", help="the registered scenarios: sizes, budget, failpoints, config")
     listing.set_defaults(func=cmd_list)
+    parser.set_defaults(commands=tuple(sub.choices))  # for main's "no command given"
     return parser
 
 

@@ -36,6 +36,26 @@ def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["run", "--seed", "abc"], "rpc-harness run: error: argument --seed: invalid seed 'abc'; use a whole number "
+                                   "0..2**63-1 (see rpc-harness run --help)"),
+        (["run", "--device", "tpu"], "rpc-harness run: error: argument --device: invalid devices 'tpu'; use cpu, cuda, "
+                                     "or a list of cuda:N (cpu and cuda stand alone) (see rpc-harness run --help)"),
+        (["--bogus"], "rpc-harness: error: unrecognized arguments: --bogus (see rpc-harness --help)"),
+        (["run", "--bogus-flag"], "rpc-harness: error: unrecognized arguments: --bogus-flag (see rpc-harness --help)"),
+        ([], "rpc-harness: error: no command given; one of run, replay, timeline, bench, list "
+             "(see rpc-harness --help)"),
+    ],
+)
+def test_what_argparse_refuses_is_one_line_naming_it(argv, line, capsys):
+    # argparse's own refusals printed the whole usage first (seven lines), and
+    # a bad option before the command was reported as a missing command.
+    assert main(argv) == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
 def test_timeline_draws_a_trace_file(tmp_path, capsys):
     trace = tmp_path / "w.trace.json"
     trace.write_text(json.dumps({"traceEvents": [
