@@ -478,7 +478,7 @@ class Supervisor:
         if not stopped_early:
             # Only a world that ran its course can say a fault never fired:
             # one stopped early never gave the others their chance.
-            problems += _tally.unfired(plan, self.outcomes)
+            problems += _tally.unfired(plan, self.outcomes) + _tally.cut_short(plan, self.outcomes)
             if self.spec.spawned and self.spec.options.expect != "unfinished":
                 problems += _unfinished(self.outcomes)
         schedule, schedule_note, lost_at = [], "", None

@@ -17,7 +17,7 @@ from collections import Counter
 from . import _msgfaults
 from .events import FaultFired
 from .faults import TORCH_SEND_TRIES, Fault, FaultPlan
-from .result import LOST, NEVER_FIRED, RankOutcome
+from .result import CUT_SHORT, LOST, NEVER_FIRED, RankOutcome
 
 SHOWN_HITS = 12  # failpoints listed for an unfired fault's rank
 
@@ -72,6 +72,30 @@ def lost_messages(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
             "(torch reports a lost RRef message only as a shutdown that waits ~100 s, a lost fork request by "
             "aborting its sender)"
         )
+    return out
+
+
+def cut_short(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
+    """One line for each ``msgfail=N`` (N from 2 to one short of torch's
+    tries) that failed a message fewer than N times: torch retries a failed
+    message on its own clock (about a second, then longer, between tries),
+    so a world that ended first stopped the retries, and the message was
+    never delivered. Each of its tries the plan did fail is logged, so this
+    is certain. With N=1 it cannot be seen: the retry that would deliver the
+    message logs nothing whether it ran or not."""
+    out = []
+    for fault in plan:
+        wanted = int(fault.arg or 1) if fault.kind == "msgfail" else 0  # type: ignore[arg-type]
+        if not 1 < wanted < TORCH_SEND_TRIES:
+            continue
+        tries = [f.attempt for o in outcomes for f in o.fired_faults() if f.fault == str(fault)]
+        touched, failed_enough = tries.count(1), tries.count(wanted)
+        if touched > failed_enough:
+            out.append(
+                f"{fault} failed {touched - failed_enough} of its {touched} message(s) fewer than {wanted} times, "
+                f"{CUT_SHORT}: torch was still retrying them (about a second apart, then longer), so they were "
+                "never delivered; keep the world running until the retries are done, or ask for fewer failed tries"
+            )
     return out
 
 

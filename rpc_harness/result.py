@@ -33,6 +33,8 @@ FAILED = frozenset({RAISED, DIED, HUNG})
 NAMES_MISMATCH = "the program named its workers"
 NEVER_FIRED = "never fired"
 LOST = "message(s) lost"
+# A msgfail=N whose messages the world ended before torch's retries failed N times.
+CUT_SHORT = "cut short by the world's end"
 # A spawned program's planned kill that no surviving rank ran its own part of
 # the program past: every survivor only served (its code went from init_rpc
 # straight into rpc.shutdown(), and ended when the kill let it), or was
@@ -306,6 +308,8 @@ class WorldResult:
             return "its fault plan did not do what it says"
         if LOST in first:
             return "its fault plan lost messages"
+        if CUT_SHORT in first:
+            return "its fault plan did not do what it says"
         if first.startswith(UNFINISHED):
             return "a planned kill ended its program"
         if first.startswith(INTERRUPTED):

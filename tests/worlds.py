@@ -304,6 +304,19 @@ def timed_calls(ctx, calls):
     return took
 
 
+def autograd_contexts_then_return(ctx, count):
+    """Rank 0 runs ``count`` dist_autograd contexts with one call to rank 1
+    each and returns at once: each context's end sends rank 1 a
+    CLEANUP_AUTOGRAD_CONTEXT_REQ, a message torch retries and nobody waits for."""
+    import torch.distributed.autograd as dist_autograd
+
+    if ctx.rank == 0:
+        for _ in range(count):
+            with dist_autograd.context():
+                rpc.rpc_sync(ctx.names[1], add, args=(torch.ones(1, requires_grad=True), 1))
+    return ctx.rank
+
+
 def drops_remote_values(ctx, count):
     """Rank 0 makes ``count`` values on rank 1 with ``remote`` and drops its
     RRefs: one RREF_USER_DELETE message to rank 1 each, a message torch retries."""

@@ -923,6 +923,15 @@ BUGS = (
         '        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\\n")',
         "        super().error(message)",
         ("tests/unit/test_cli.py::test_what_argparse_refuses_is_one_line_naming_it",)),
+    Bug("a msgfail=N whose retries the world's end cut short passes as done", "rpc_harness/_tally.py",
+        "        if touched > failed_enough:", "        if False:",
+        ("tests/unit/test_tally.py::test_messages_failed_fewer_times_than_asked_are_counted",
+         "tests/world/test_fault_controls.py::"
+         "test_a_msgfail_whose_retries_the_worlds_end_cut_short_fails_the_world_saying_so")),
+    Bug("the supervisor never asks which msgfail faults were cut short", "rpc_harness/_supervisor.py",
+        " + _tally.cut_short(plan, self.outcomes)", "",
+        ("tests/world/test_fault_controls.py::"
+         "test_a_msgfail_whose_retries_the_worlds_end_cut_short_fails_the_world_saying_so",)),
     Bug("a summary keeps a missing metric as NaN (not JSON)", "rpc_harness/scenario.py",
         "    out = _finite(out)\n", "",
         ("tests/unit/test_guards.py::test_a_summary_with_no_metric_is_strict_json_with_null_in_its_place",)),

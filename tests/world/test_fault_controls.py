@@ -136,6 +136,25 @@ def test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world():
 
 
 
+def test_a_msgfail_whose_retries_the_worlds_end_cut_short_fails_the_world_saying_so():
+    # msgfail=3 fails the first three tries of each message; torch makes the
+    # second about a second after the first, the third ~2.5 s after it. This
+    # world ends well before: the cleanups were failed once each and never
+    # delivered. It reported ok before (found by an outside-user trial).
+    plan = "msgfail:worker0@CLEANUP_AUTOGRAD_CONTEXT_REQ=3"
+    result = rpc_harness.run_world(worlds.autograd_contexts_then_return, world_size=2, args=(2,), faults=plan,
+                                   deadline=30, check=False)
+    assert [r.status for r in result] == ["ok", "ok"]
+    tries = sorted(f.attempt for f in result.fired_faults())
+    assert tries and tries.count(3) < tries.count(1), f"precondition: the world ended before the third tries ({tries})"
+    assert not result.ok
+    assert result.problems == [
+        f"{plan} failed {tries.count(1) - tries.count(3)} of its {tries.count(1)} message(s) fewer than 3 times, cut "
+        "short by the world's end: torch was still retrying them (about a second apart, then longer), so they were "
+        "never delivered; keep the world running until the retries are done, or ask for fewer failed tries"]
+    assert result.report().startswith("rpc world failed: its fault plan did not do what it says")
+
+
 def test_a_msgfail_counts_the_tries_it_failed_not_a_later_try_that_failed_for_real():
     # msgfail=1 fails the first try of each message. When the peer is dead,
     # torch's retries fail too, logged the same way; they are the death's
