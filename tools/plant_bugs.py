@@ -932,6 +932,9 @@ BUGS = (
         " + _tally.cut_short(plan, self.outcomes)", "",
         ("tests/world/test_fault_controls.py::"
          "test_a_msgfail_whose_retries_the_worlds_end_cut_short_fails_the_world_saying_so",)),
+    Bug("Hypothesis draws from a fresh seed, not the session's", "rpc_harness/pytest_plugin.py",
+        "    _seed_hypothesis(config, config.stash[_session_seed_key])\n", "",
+        ("tests/world/test_plugin.py::test_hypothesis_draws_from_the_session_seed_so_the_replay_line_replays_its_examples",)),
     Bug("a summary keeps a missing metric as NaN (not JSON)", "rpc_harness/scenario.py",
         "    out = _finite(out)\n", "",
         ("tests/unit/test_guards.py::test_a_summary_with_no_metric_is_strict_json_with_null_in_its_place",)),
