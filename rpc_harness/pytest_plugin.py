@@ -380,9 +380,7 @@ class RpcWorld:
     @property
     def repro(self) -> str:
         """The pytest command that replays this test with the same seeds."""
-        from .repro import pytest_line
-
-        return pytest_line(self._request.node.nodeid, self.session_seed, _command_line_flags(self._request.config))
+        return _replay_line(self._request.config, [self._request.node.nodeid], self.session_seed)
 
     def seed_for(self, index: int) -> int:
         """The seed of this test's ``index``-th world (0-based)."""
@@ -553,8 +551,6 @@ class ReusedRpcWorld(RpcWorld):
                                  "reused world; use the rpc_world fixture for this test")
 
     def _launch(self, spec: Any, *, on_progress: Any, on_interrupted: Callable[[WorldResult], None]) -> WorldResult:
-        from .repro import pytest_line
-
         before = self._pool.history(spec)
         if before:
             # What a failure that needs an earlier entry's leftovers (beyond
@@ -562,8 +558,7 @@ class ReusedRpcWorld(RpcWorld):
             shown = before[-_REPLAY_ENTRIES:]
             which = ("the entry" if len(before) == 1 else f"the {len(before)} entries" if len(shown) == len(before)
                      else f"the last {len(shown)} of the {len(before)} entries")
-            line = pytest_line([*shown, self._request.node.nodeid], self.session_seed,
-                               _command_line_flags(self._config))
+            line = _replay_line(self._config, [*shown, self._request.node.nodeid], self.session_seed)
             spec = dataclasses.replace(spec, repro=f"{spec.repro}\n    or, after {which} its world ran before it: {line}")
         return self._pool.run(spec, self._request.node.nodeid, on_progress=on_progress,
                               on_interrupted=on_interrupted)
@@ -663,10 +658,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             trace, timeline = written
             report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}\n"
                                                       f"Timeline picture: {timeline}"))
-    from .repro import pytest_line
-
-    report.sections.append(("rpc-harness replay", pytest_line(item.nodeid, item.config.stash[_session_seed_key],
-                                                              _command_line_flags(item.config))))
+    report.sections.append(("rpc-harness replay", _pytest_line_of(item)))
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -717,9 +709,23 @@ def _thread_timeout(item: pytest.Item, settings: Any) -> None:
 
 
 def _pytest_line_of(item: pytest.Item) -> str:
+    return _replay_line(item.config, [item.nodeid], item.config.stash[_session_seed_key])
+
+
+def _replay_line(config: pytest.Config, nodeids: list[str], seed: int) -> str:
+    """The pytest line that replays ``nodeids`` in order, typed where this
+    session was started: node ids are relative to the rootdir, which may be
+    above that folder (pytest run from a project's subfolder, or from a
+    monorepo's root with the project's path)."""
     from .repro import pytest_line
 
-    return pytest_line(item.nodeid, item.config.stash[_session_seed_key], _command_line_flags(item.config))
+    return pytest_line([_from_invocation(config, nodeid) for nodeid in nodeids], seed, _command_line_flags(config))
+
+
+def _from_invocation(config: pytest.Config, nodeid: str) -> str:
+    path, sep, rest = nodeid.partition("::")
+    typed = os.path.relpath(config.rootpath / path, config.invocation_params.dir)
+    return typed.replace(os.sep, "/") + sep + rest
 
 
 def _import_folder(module_name: str) -> str:

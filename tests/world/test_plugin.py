@@ -493,6 +493,25 @@ def test_fails(rpc_world):
     assert f"NOTE controlled (pct:2) DIGEST {digest}" in again.stdout.str(), "the same schedule again"
 
 
+def test_the_pytest_replay_line_runs_from_the_folder_pytest_was_started_in(pytester, monkeypatch):
+    # Node ids are relative to the rootdir: run from a subfolder, the line
+    # named a file that is not there (found by an outside-user trial).
+    pytester.makeini("[pytest]\n")
+    sub = pytester.mkpydir("suite")
+    (sub / "test_sub.py").write_text(ENTRIES + """
+def test_fails(rpc_world):
+    rpc_world.run(ok, world_size=2)
+    assert False, "fail on purpose"
+""")
+    monkeypatch.chdir(sub)
+    result = run(pytester, "--rpc-seed=3")
+    result.assert_outcomes(failed=1)
+    line = re.search(r"^-+ rpc-harness replay -+\n(pytest .*)$", result.stdout.str(), re.M)[1]
+    assert line == "pytest test_sub.py::test_fails --rpc-seed=3", line
+    again = run(pytester, *shlex.split(line)[1:])
+    again.assert_outcomes(failed=1)
+
+
 def test_a_trace_folder_that_cannot_be_written_is_named_in_the_report(pytester):
     pytester.makepyfile(ENTRIES + "\ndef test_rank1_dies(rpc_world):\n    rpc_world.run(rank1_dies, world_size=2)\n")
     blocker = pytester.path / "a_file"
