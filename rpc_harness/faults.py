@@ -230,7 +230,7 @@ class Fault:
     optional: bool = False
 
     def __post_init__(self) -> None:
-        _check_fault(self, where=clip(f"{self.kind}:{self.target}@{self.point}"))
+        _check_fault(self, where=clip(_as_written(self)))
 
     @property
     def traits(self) -> FaultKind:
@@ -376,6 +376,14 @@ def parse_fault(token: str, *, where: str = "fault plan") -> Fault:
         return Fault(kind.name, match["target"], match["point"], hit, repeat, arg, bool(match["optional"]))
     except FaultPlanError as error:
         raise FaultPlanError(f"{where}: {error}") from None
+
+
+def _as_written(fault: Fault) -> str:
+    """A fault not yet checked, as a plan names it in an error: with its hit
+    where that is not the first (an error about the hit must show it; an
+    argument's error shows the argument itself); any value renders."""
+    text = f"{fault.kind}:{fault.target}@{fault.point}"
+    return text if fault.hit == 1 else f"{text}#{fault.hit}"
 
 
 def _check_fault(fault: Fault, *, where: str) -> None:

@@ -39,11 +39,11 @@ REFUSALS = {
     ),
     "default where of a plan": (
         lambda: FaultPlan.parse("kill:a@b#0"),
-        "fault plan: 'kill:a@b': hit must be >= 1 (hits count from 1), got 0",
+        "fault plan: 'kill:a@b#0': hit must be >= 1 (hits count from 1), got 0",
     ),
     "default where of a fault": (
         lambda: parse_fault("kill:a@b#0"),
-        "fault plan: 'kill:a@b': hit must be >= 1 (hits count from 1), got 0",
+        "fault plan: 'kill:a@b#0': hit must be >= 1 (hits count from 1), got 0",
     ),
     "a hit on a message fault": (
         lambda: parse_fault("msgfail:a@RREF_FORK_REQUEST#2", where="here"),

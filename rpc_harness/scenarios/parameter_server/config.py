@@ -74,12 +74,17 @@ class Config:
         for name in ("dropout1", "dropout2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if not self.lr > 0 or self.noise < 0 or self.rtol < 0 or self.atol < 0:
-            raise ValueError("lr must be > 0, and noise, rtol and atol >= 0")
+        if not self.lr > 0:  # NaN too
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        for name in ("noise", "rtol", "atol"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.wait_timeout is not None and not self.wait_timeout > 0:
             raise ValueError(f"wait_timeout must be > 0 seconds (or None), got {self.wait_timeout!r}")
-        if not self.ping_timeout > 0 or self.ping_attempts < 1:
-            raise ValueError("ping_timeout must be > 0 and ping_attempts >= 1")
+        if not self.ping_timeout > 0:
+            raise ValueError(f"ping_timeout must be > 0 seconds, got {self.ping_timeout!r}")
+        if not self.ping_attempts >= 1:
+            raise ValueError(f"ping_attempts must be >= 1, got {self.ping_attempts!r}")
         if self.perturb_step is not None and self.perturb_step < 0:
             raise ValueError(f"perturb_step must be >= 0 (or None), got {self.perturb_step!r}")
 

@@ -79,10 +79,13 @@ class Config:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not self.lr > 0 or not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"lr must be > 0 and gamma in [0, 1], got {self.lr!r} and {self.gamma!r}")
-        if self.perturb_episode < 0 or self.rtol < 0 or self.atol < 0:
-            raise ValueError("perturb_episode, rtol and atol must be >= 0")
+        if not self.lr > 0:  # NaN too
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma!r}")
+        for name in ("perturb_episode", "rtol", "atol"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
 
 def names(world_size: int) -> tuple[str, ...]:

@@ -58,8 +58,11 @@ class Config:
             raise ValueError(f"vocab_size must be >= 3 (<unk>, <eos> and a word), got {self.vocab_size!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not self.lr > 0 or self.rtol < 0 or self.atol < 0:
-            raise ValueError("lr must be > 0, and rtol and atol >= 0")
+        if not self.lr > 0:  # NaN too
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        for name in ("rtol", "atol"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
