@@ -81,6 +81,12 @@ def write_timeline(
     return path
 
 
+def timed_events(document: Any) -> int:
+    """How many events of ``document`` the timeline can place in time (a
+    pid, a ``ts``, a kind it draws): 0 means an empty picture."""
+    return len(_read(document).times)
+
+
 def render_timeline(document: Mapping[str, Any], title: str = "") -> str:
     """The SVG document of a Chrome trace-event document as
     :func:`rpc_harness.trace.write_trace` writes it (``{"traceEvents": [...],

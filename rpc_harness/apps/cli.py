@@ -595,7 +595,7 @@ def import_first(modules: Sequence[tuple[str, str]]) -> None:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
-    from rpc_harness.timeline import write_timeline
+    from rpc_harness.timeline import timed_events, write_timeline
 
     try:
         with open(args.trace, encoding="utf-8") as file:
@@ -607,6 +607,9 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise UsageError(f"{args.trace!r} is not a Chrome trace: no list of traceEvents")
+    if not timed_events(document):
+        raise UsageError(f"{args.trace!r} has nothing to draw: no event with a pid, a time (ts) and a kind the "
+                         "timeline shows (ph X, b, e, i, I or C)")
     stem = args.trace.removesuffix(".json").removesuffix(".trace")
     output = args.output or stem + ".timeline.svg"
     check_writable_file(output, "-o")

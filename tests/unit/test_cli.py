@@ -79,7 +79,11 @@ def test_timeline_draws_a_trace_file(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("content", "message"),
     [(None, "cannot read the trace"), ("{not json", "is not JSON"), ('{"events": []}', "no list of traceEvents"),
-     ('{"traceEvents": 5}', "no list of traceEvents"), ("7", "no list of traceEvents")],
+     ('{"traceEvents": 5}', "no list of traceEvents"), ("7", "no list of traceEvents"),
+     # An empty picture with exit 0 before (outside-user trial).
+     ("[]", "has nothing to draw: no event with a pid, a time (ts)"),
+     ('{"traceEvents": [{"ph": "X"}]}', "has nothing to draw"),
+     ('{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "r"}}]}', "has nothing to draw")],
 )
 def test_timeline_names_a_bad_trace(tmp_path, capsys, content, message):
     trace = tmp_path / "bad.trace.json"
