@@ -92,7 +92,8 @@ def _train(ctx: Any, config: Config, plan: Layout) -> dict[str, Any]:
                     "params": model.parameters_by_owner(),
                 }
             )
-            ctx.progress(len(steps), total, "steps", loss=float(loss))
+            # "step loss": the run's metric, "loss" in its summary, is the last epoch's mean.
+            ctx.progress(len(steps), total, "steps", step_loss=float(loss))
         ctx.event(
             "epoch",
             epoch=epoch,
