@@ -565,10 +565,6 @@ def _drawn(result):
 def test_hypothesis_draws_from_the_session_seed_so_the_replay_line_replays_its_examples(pytester):
     # Found by an outside-user trial: the printed --rpc-seed line replayed a
     # Hypothesis failure only when Hypothesis's fresh seed happened to find it.
-    # A profile that draws freshly: on CI (the CI variable) Hypothesis loads
-    # its own "ci" profile, which derandomizes, and the session seed is left alone.
-    free = "from hypothesis import settings\nsettings.register_profile('free', derandomize=False)\nsettings.load_profile('free')\n"
-    pytester.makeconftest(free)
     pytester.makepyfile(test_draws=DRAWS)
     first, again = (run(pytester, "-s", "--rpc-seed=7", fresh=True) for _ in range(2))
     assert _drawn(first) and _drawn(first) == _drawn(again), "the same session seed, the same examples"
@@ -577,8 +573,8 @@ def test_hypothesis_draws_from_the_session_seed_so_the_replay_line_replays_its_e
     assert own[0] != _drawn(first), "a session's own --hypothesis-seed wins"
     # Hypothesis never puts its process-wide seed back: a session run inside
     # another (pytester) would leave it forced on the outer one. The plugin does.
-    pytester.makeconftest(free + "import pytest\nfrom hypothesis import core\n\n@pytest.hookimpl(trylast=True)\n"
-                                 "def pytest_unconfigure(config):\n    print('AFTER', core.global_force_seed)\n")
+    pytester.makeconftest("import pytest\nfrom hypothesis import core\n\n@pytest.hookimpl(trylast=True)\n"
+                          "def pytest_unconfigure(config):\n    print('AFTER', core.global_force_seed)\n")
     ended = run(pytester, "-s", "--rpc-seed=7", fresh=True)
     assert _drawn(ended) == _drawn(first) and "AFTER None" in ended.stdout.lines, ended.stdout.str()[-2000:]
     pytester.makeconftest("from hypothesis import settings\n"
