@@ -58,7 +58,6 @@ def _dest(flag: str) -> str:
 
 _MAX_WORLD_SECTIONS = 2
 _session_seed_key = pytest.StashKey[int]()
-_hypothesis_seed_before_key = pytest.StashKey[Any]()
 _session_values_key = pytest.StashKey[dict]()
 _results_key = pytest.StashKey[list]()
 _asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this session
@@ -119,37 +118,10 @@ def pytest_configure(config: pytest.Config) -> None:
     controller = getattr(config, "workerinput", None) is None and bool(getattr(config.option, "numprocesses", None))
     terminate_as_interrupt(forward_to_children=controller)
     config.stash[_session_seed_key] = _session_seed(config)
-    _seed_hypothesis(config, config.stash[_session_seed_key])
     config.stash[_session_values_key] = _session_values(config)
     config.stash[_strict_key] = bool(_session_setting(config, STRICT_OPTION)[0])
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistSeedSharing(config), "rpc-harness-xdist")
-
-
-def _seed_hypothesis(config: pytest.Config, seed: int) -> None:
-    """Hypothesis draws from the session seed, so that a failure's replay
-    line (``--rpc-seed``) replays the examples a Hypothesis test drew, not
-    only its worlds: Hypothesis's own seed is fresh each run. Left alone
-    where the session names its own (``--hypothesis-seed``) or its profile
-    derandomizes (a seed per test already), and before Hypothesis's
-    configure reads the option (this hook runs first)."""
-    if not config.pluginmanager.hasplugin("hypothesispytest") or config.getoption("hypothesis_seed", None) is not None:
-        return
-    from hypothesis import settings
-
-    profile = config.getoption("hypothesis_profile", None)
-    try:
-        chosen = settings.get_profile(profile) if profile else settings.default
-    except Exception:  # noqa: BLE001 - an unknown profile: Hypothesis's configure says so
-        return
-    if not chosen.derandomize:
-        from hypothesis import core
-
-        # Hypothesis keeps the seed in a process-wide global and never puts
-        # it back: a pytest session run inside another (pytester) would leave
-        # it forced on the outer one. Put back at unconfigure.
-        config.stash[_hypothesis_seed_before_key] = core.global_force_seed
-        config.option.hypothesis_seed = str(seed)
 
 
 class _XdistSeedSharing:
@@ -302,10 +274,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _hypothesis_seed_before_key in config.stash:
-        from hypothesis import core
-
-        core.global_force_seed = config.stash[_hypothesis_seed_before_key]
     if _asserts_key in config.stash:
         from ._launcher import rewrite_asserts
 

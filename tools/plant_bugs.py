@@ -932,9 +932,6 @@ BUGS = (
         " + _tally.cut_short(plan, self.outcomes)", "",
         ("tests/world/test_fault_controls.py::"
          "test_a_msgfail_whose_retries_the_worlds_end_cut_short_fails_the_world_saying_so",)),
-    Bug("Hypothesis draws from a fresh seed, not the session's", "rpc_harness/pytest_plugin.py",
-        "    _seed_hypothesis(config, config.stash[_session_seed_key])\n", "",
-        ("tests/world/test_plugin.py::test_hypothesis_draws_from_the_session_seed_so_the_replay_line_replays_its_examples",)),
     Bug("the pytest replay line names tests relative to the rootdir, not where pytest was started",
         "rpc_harness/pytest_plugin.py", "pytest_line([_from_invocation(config, nodeid) for nodeid in nodeids],",
         "pytest_line(list(nodeids),",

@@ -546,44 +546,6 @@ def test_marker(rpc_world):
     assert result.ret != 0 and "--rpc-schedule: invalid schedule 'sometimes'" in result.stderr.str() + result.stdout.str()
 
 
-DRAWS = """
-from hypothesis import given, settings, strategies as st
-
-@settings(database=None, max_examples=5)
-@given(st.integers(0, 10**9))
-def test_draws(n):
-    print("DRAWN", n)
-"""
-
-
-def _drawn(result):
-    return [line.split()[1] for line in result.stdout.lines if line.startswith("DRAWN")]
-
-
-# One of the suite's slowest (pytest --durations): seven pytest sessions in processes of their own
-# (Hypothesis keeps its seed in a process-wide global).
-def test_hypothesis_draws_from_the_session_seed_so_the_replay_line_replays_its_examples(pytester):
-    # Found by an outside-user trial: the printed --rpc-seed line replayed a
-    # Hypothesis failure only when Hypothesis's fresh seed happened to find it.
-    pytester.makepyfile(test_draws=DRAWS)
-    first, again = (run(pytester, "-s", "--rpc-seed=7", fresh=True) for _ in range(2))
-    assert _drawn(first) and _drawn(first) == _drawn(again), "the same session seed, the same examples"
-    assert _drawn(run(pytester, "-s", "--rpc-seed=8", fresh=True)) != _drawn(first), "another seed, others"
-    own = [_drawn(run(pytester, "-s", "--rpc-seed=7", "--hypothesis-seed=1", fresh=True))]
-    assert own[0] != _drawn(first), "a session's own --hypothesis-seed wins"
-    # Hypothesis never puts its process-wide seed back: a session run inside
-    # another (pytester) would leave it forced on the outer one. The plugin does.
-    pytester.makeconftest("import pytest\nfrom hypothesis import core\n\n@pytest.hookimpl(trylast=True)\n"
-                          "def pytest_unconfigure(config):\n    print('AFTER', core.global_force_seed)\n")
-    ended = run(pytester, "-s", "--rpc-seed=7", fresh=True)
-    assert _drawn(ended) == _drawn(first) and "AFTER None" in ended.stdout.lines, ended.stdout.str()[-2000:]
-    pytester.makeconftest("from hypothesis import settings\n"
-                          "settings.register_profile('fixed', derandomize=True)\nsettings.load_profile('fixed')\n")
-    assert _drawn(run(pytester, "-s", "--rpc-seed=8", fresh=True)) == _drawn(run(pytester, "-s", "--rpc-seed=9",
-                                                                                 fresh=True)), \
-        "a derandomizing profile keeps its per-test seed"
-
-
 def test_an_rpc_preload_entry_that_cannot_be_found_is_warned_about_and_the_session_goes_on(pytester):
     pytester.makeini("[pytest]\nrpc_preload =\n    json\n    jsno\n    jsno.decoder\n")
     pytester.makepyfile("def test_nothing():\n    pass\n")
