@@ -626,7 +626,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             trace, timeline = written
             report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}\n"
                                                       f"Timeline picture: {timeline}"))
-    report.sections.append(("rpc-harness replay", _pytest_line_of(item)))
+    report.sections.append(("rpc-harness replay", _pytest_line_of(item) + _hypothesis_note(item)))
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -674,6 +674,20 @@ def _thread_timeout(item: pytest.Item, settings: Any) -> None:
     finally:
         terminal.flush()
         timeout_timer(item, settings)  # its stacks of this process, then os._exit(1)
+
+
+def _hypothesis_note(item: pytest.Item) -> str:
+    """For a Hypothesis test, how its failing example comes back: the seed
+    replays the worlds, but which examples Hypothesis draws is its own
+    (fresh each run, unless derandomized). It replays a failure it found from
+    its database (``.hypothesis/``) first, on this machine; elsewhere the
+    world's token, or Hypothesis's own ``@reproduce_failure`` line, does."""
+    hypothesis = sys.modules.get("hypothesis")  # a test that is one has imported it
+    if hypothesis is None or not hypothesis.is_hypothesis_test(getattr(item, "obj", None)):
+        return ""
+    return ("\n(a Hypothesis test: this line finds the failing example again where Hypothesis's database "
+            "(.hypothesis/) holds it, as on this machine; elsewhere, replay the failed world's token above, or "
+            "add the @reproduce_failure Hypothesis printed)")
 
 
 def _pytest_line_of(item: pytest.Item) -> str:

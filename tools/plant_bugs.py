@@ -932,6 +932,10 @@ BUGS = (
         " + _tally.cut_short(plan, self.outcomes)", "",
         ("tests/world/test_fault_controls.py::"
          "test_a_msgfail_whose_retries_the_worlds_end_cut_short_fails_the_world_saying_so",)),
+    Bug("a Hypothesis test's replay section claims its line replays the examples anywhere",
+        "rpc_harness/pytest_plugin.py", "_pytest_line_of(item) + _hypothesis_note(item)))", "_pytest_line_of(item)))",
+        ("tests/world/test_plugin.py::"
+         "test_a_hypothesis_tests_replay_section_says_where_its_failing_example_comes_back_from",)),
     Bug("the pytest replay line names tests relative to the rootdir, not where pytest was started",
         "rpc_harness/pytest_plugin.py", "pytest_line([_from_invocation(config, nodeid) for nodeid in nodeids],",
         "pytest_line(list(nodeids),",

@@ -493,6 +493,34 @@ def test_fails(rpc_world):
     assert f"NOTE controlled (pct:2) DIGEST {digest}" in again.stdout.str(), "the same schedule again"
 
 
+def test_a_hypothesis_tests_replay_section_says_where_its_failing_example_comes_back_from(pytester):
+    # The session seed replays the worlds; Hypothesis draws its examples
+    # afresh unless its database holds the failure (outside-user trial: the
+    # line alone found it in 3 of 6 runs without .hypothesis/).
+    pytester.makepyfile(ENTRIES + """
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None, database=None, max_examples=5)
+@given(st.integers(0, 3))
+def test_drawn(rpc_world, n):
+    rpc_world.run(ok, world_size=2)
+    assert n < 1
+
+def test_plain(rpc_world):
+    rpc_world.run(ok, world_size=2)
+    assert False
+""")
+    result = run(pytester, "--rpc-seed=3")
+    result.assert_outcomes(failed=2)
+    sections = re.findall(r"^-+ rpc-harness replay -+\n((?:.+\n)+)", result.stdout.str(), re.M)
+    assert len(sections) == 2, sections
+    drawn, plain = sorted(sections, key=lambda text: "test_plain" in text)
+    assert drawn.startswith("pytest test_a_hypothesis_tests_replay_section_says_where_its_failing_example_comes_back_"
+                            "from.py::test_drawn --rpc-seed=3\n(a Hypothesis test: this line finds the failing "
+                            "example again where Hypothesis's database (.hypothesis/) holds it"), drawn
+    assert "Hypothesis" not in plain, plain
+
+
 def test_the_pytest_replay_line_runs_from_the_folder_pytest_was_started_in(pytester, monkeypatch):
     # Node ids are relative to the rootdir: run from a subfolder, the line
     # named a file that is not there (found by an outside-user trial).
