@@ -62,7 +62,7 @@ def lost_messages(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
     for fault in plan:
         if fault.kind != "msgfail" or int(fault.arg or 1) < TORCH_SEND_TRIES:  # type: ignore[arg-type]
             continue
-        tries = [f.attempt for o in outcomes for f in o.fired_faults() if f.fault == str(fault)]
+        tries = _tries(fault, outcomes)
         touched, spent = tries.count(1), tries.count(TORCH_SEND_TRIES)
         if not touched:
             continue
@@ -88,7 +88,7 @@ def cut_short(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
         wanted = int(fault.arg or 1) if fault.kind == "msgfail" else 0  # type: ignore[arg-type]
         if not 1 < wanted < TORCH_SEND_TRIES:
             continue
-        tries = [f.attempt for o in outcomes for f in o.fired_faults() if f.fault == str(fault)]
+        tries = _tries(fault, outcomes)
         touched, failed_enough = tries.count(1), tries.count(wanted)
         if touched > failed_enough:
             out.append(
@@ -97,6 +97,11 @@ def cut_short(plan: FaultPlan, outcomes: list[RankOutcome]) -> list[str]:
                 "never delivered; keep the world running until the retries are done, or ask for fewer failed tries"
             )
     return out
+
+
+def _tries(fault: Fault, outcomes: list[RankOutcome]) -> list[int | None]:
+    """torch's try of each send ``fault`` (a ``msgfail``) failed, in any rank."""
+    return [f.attempt for o in outcomes for f in o.fired_faults() if f.fault == str(fault)]
 
 
 def _never_fired(fault: Fault, outcome: RankOutcome | None) -> str:

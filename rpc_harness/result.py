@@ -304,12 +304,10 @@ class WorldResult:
         first = self.problems[0]
         if first.startswith(NAMES_MISMATCH):
             return "the program's worker names do not match the names it was run with"
-        if NEVER_FIRED in first:
+        if NEVER_FIRED in first or CUT_SHORT in first:
             return "its fault plan did not do what it says"
         if LOST in first:
             return "its fault plan lost messages"
-        if CUT_SHORT in first:
-            return "its fault plan did not do what it says"
         if first.startswith(UNFINISHED):
             return "a planned kill ended its program"
         if first.startswith(INTERRUPTED):
