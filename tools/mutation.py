@@ -98,6 +98,9 @@ MODULES: dict[str, list[str]] = {
     ],
     "rpc_harness/_schedule_link.py": ["tests/unit/test_schedule_core.py"],
     "rpc_harness/_rendezvous.py": ["tests/unit/test_rendezvous.py"],
+    # Only cut_short is tested without a world; the rest of _tally is held by
+    # tests/world/test_fault_controls.py, which this tool does not run.
+    "rpc_harness/_tally.py": ["tests/unit/test_tally.py"],
     "rpc_harness/_schedule/strategies.py": [
         "tests/unit/test_schedule_strategies.py",
         "tests/unit/test_schedule.py",

@@ -26,9 +26,20 @@ def cut(fault: str, attempts: list[int]) -> list[str]:
 
 def test_messages_failed_fewer_times_than_asked_are_counted():
     lines = cut(f"msgfail:worker0@{POINT}=3", [1, 1, 2, 1, 2, 3])  # three messages, one failed three times
-    assert len(lines) == 1
-    assert lines[0].startswith(f"msgfail:worker0@{POINT}=3 failed 2 of its 3 message(s) fewer than 3 times, "
-                               "cut short by the world's end")
+    assert lines == [
+        f"msgfail:worker0@{POINT}=3 failed 2 of its 3 message(s) fewer than 3 times, cut short by the world's end: "
+        "torch was still retrying them (about a second apart, then longer), so they were never delivered; keep the "
+        "world running until the retries are done, or ask for fewer failed tries"]
+    assert len(cut(f"msgfail:worker0@{POINT}=2", [1, 1, 2])) == 1, "=2 is the smallest count it can judge"
+
+
+def test_other_faults_of_the_plan_are_passed_over_not_an_end_to_the_count():
+    # A kill, a raise with its message and a delay of 3 s before the msgfail:
+    # none is a count of tries, and the msgfail after them is still judged.
+    fault = f"msgfail:worker0@{POINT}=3"
+    plan = FaultPlan.parse(f"kill:worker0@a.b#9,raise:worker0@a.b=boom,delay:worker0@a.b=3s,{fault}")
+    lines = _tally.cut_short(plan, [outcome_with_tries(fault, [1, 2])])
+    assert len(lines) == 1 and lines[0].startswith(f"{fault} failed 1 of its 1 message(s) fewer than 3 times")
 
 
 def test_every_message_failed_as_often_as_asked_is_no_problem():
