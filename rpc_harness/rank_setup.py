@@ -89,7 +89,9 @@ def warm_math_kernels() -> None:
     got a different answer from the same call made again in 6 of 30 runs, 0
     of 30 after this warm-up. Called once in the forkserver, at the import of
     the ranks' module, so that every rank inherits the chosen kernels (about
-    2 ms there), and by torchrun's ranks before ``init_rpc``."""
+    2 ms there; the forks after it are slower, about 1.5 s in all at 512
+    ranks and nothing measurable up to 64: docs/benchmarks.md), and by
+    torchrun's ranks before ``init_rpc``."""
     global _math_kernels_warm
     for dtype in (torch.float32, torch.float64):
         one = torch.full((1,), 0.5, dtype=dtype)  # in every op's domain
