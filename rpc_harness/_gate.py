@@ -45,7 +45,7 @@ from typing import Any
 from . import _messages as msg
 
 _gate: Gate | None = None
-_local = threading.local()  # .task: the id of the task this thread is, if any
+_local = threading.local()  # .task: the task this thread is; .follower: the callback it runs
 _serials = itertools.count(1)
 _RREF_ID_RE = re.compile(r"created_on=(\d+), local_id=(\d+)")
 _ORIGINAL: dict[str, Any] = {}
@@ -57,6 +57,14 @@ def current_task() -> str | None:
     if _gate is None or _gate.released:
         return None
     return getattr(_local, "task", None)
+
+
+def current_follower() -> str | None:
+    """The program's callback on a controlled call's answer that this thread
+    runs (``driver/2+cb1``), under an open gate; None otherwise."""
+    if _gate is None or _gate.released:
+        return None
+    return getattr(_local, "follower", None)
 
 
 def active() -> bool:
@@ -161,10 +169,19 @@ class Gate:
         go on at once, or once the answer is in when no task of the world's
         makes it (torch answers in C++, or the callee is gone): whether such
         an answer came before the task's next look at its future must not be
-        the clock's choice."""
+        the clock's choice. A callback on an answer issued it: it runs
+        between steps, and goes on at once."""
         task = current_task()
         if task is not None:
             self._await(task, msg.Issued(call, to, python, rref))
+            return
+        follower = current_follower()
+        if follower is not None:
+            self.send(msg.Issued(call, to, python, rref, by=follower))
+
+    def unscheduled(self, why: str) -> None:
+        """Something the schedule cannot order happened: control is given up."""
+        self.send(msg.Unscheduled(why))
 
     def end(self, *, responds_later: bool = False, failed: bool = False) -> None:
         task = getattr(_local, "task", None)
@@ -173,8 +190,9 @@ class Gate:
             self.send(msg.End(task, responds_later, failed))
 
     def call_id(self) -> str:
-        """The id of the next call the current task issues: ``trainer1/3``."""
-        task = current_task() or "?"
+        """The id of the next call the current task (or callback) issues:
+        ``trainer1/3``, ``driver/2+cb1/1``."""
+        task = current_task() or current_follower() or "?"
         with self._lock:
             counter = self._seq.setdefault(task, itertools.count(1))
             return f"{task}/{next(counter)}"
@@ -245,13 +263,16 @@ class Tagged:
 
 
 class _Track:
-    """A future of a call issued under control: its callbacks of the program's are counted."""
+    """A future of a call issued under control: its callbacks of the
+    program's are counted (those on futures ``then()`` made of it too: they
+    run in the same thread, right after)."""
 
-    def __init__(self, call: str, what: str) -> None:
-        self.call, self.what = call, what
+    def __init__(self, call: str, what: str, python: bool) -> None:
+        self.call, self.what, self.python = call, what, python
         self.lock = threading.Lock()
         self.reported = False
-        self.followers = 0
+        self.followers = 0  # those still to run when the answer came
+        self.registered = 0  # all, numbered in the order the program added them
 
 
 # Keyed by the futures themselves, weakly: an id could be reused once a future is gone.
@@ -260,13 +281,14 @@ _derived: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary(
 _type_fetches: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # RRef type fetches, by RRef id
 
 
-def track_call(future: Any, call: str, what: str) -> None:
+def track_call(future: Any, call: str, what: str, python: bool) -> None:
     """Report when ``future`` (call ``call``'s) completes, with how many of
-    the program's callbacks run after: the scheduler waits for them all."""
+    the program's callbacks run after: the scheduler waits for them all.
+    ``python``: a task of the world answers it (not torch, in C++)."""
     gate = _gate
     if gate is None:
         return
-    track = _Track(call, what)
+    track = _Track(call, what, python)
     _tracked[future] = track
 
     def report(_: Any) -> None:
@@ -304,6 +326,8 @@ def wait(future: Any) -> Any:
     task = current_task()
     original = _ORIGINAL["wait"]
     if task is None or _gate is None:
+        if _gate is not None and not future.done():
+            _check_callback_wait(future)
         return original(future)
     parents = _derived.get(future)
     if parents is not None:  # then()/collect_all(): wait for what it is made of first
@@ -323,6 +347,20 @@ def wait(future: Any) -> Any:
         _gate.block(("future", serial, future.done()), "wait future")
         return original(future)
     return original(future)  # a future torch made: part of this step
+
+
+def _check_callback_wait(future: Any) -> None:
+    """A callback on an answer runs between steps: the world is not quiet,
+    and no task is chosen, until it returns. A wait in it for anything but
+    a call torch answers in C++ waits for a task that cannot run, so control
+    is given up at once, saying why, rather than at the stall watch."""
+    follower = current_follower()
+    track = _tracked.get(future)
+    if follower is None or _gate is None or (track is not None and not track.python):
+        return
+    what = f"call {track.call} ({track.what})" if track is not None else "a future"
+    _gate.unscheduled(f"{follower}, a callback of the program's on an answer, waits for {what}: a callback runs "
+                      f"between steps, so no task can run for what it waits for")
 
 
 # -- the patches ------------------------------------------------------------------------------
@@ -389,21 +427,35 @@ def _follower(future: Any, callback: Callable[..., Any]) -> Callable[..., Any]:
         if track.reported:
             return callback  # completed already: it runs now, in this thread's step
         track.followers += 1
+        track.registered += 1
+        follower = f"{track.call}+cb{track.registered}"
     gate = _gate
 
     def counted(fut: Any) -> Any:
+        outer = getattr(_local, "follower", None)
+        _local.follower = follower  # the calls it issues are named after it
         try:
             return callback(fut)
         finally:
+            _local.follower = outer
             gate.send(msg.Followed(track.call))
 
     return counted
 
 
 def _then(self: Any, callback: Callable[..., Any]) -> Any:
+    if current_task() is not None and self in _type_fetches and not self.done():
+        # An RRef proxy's rpc_async: torch fetches the RRef's type, then
+        # issues the call in a callback on the fetch, which would run on
+        # torch's thread, outside any task. Fetched now, in this task's
+        # step, the callback runs here and the call is the task's own.
+        wait(self)
     derived = _ORIGINAL["then"](self, _follower(self, callback))
     if _gate is not None:
         _derived[derived] = [self]
+        track = _tracked.get(self)
+        if track is not None:  # it completes in the callback's thread: its own callbacks follow the call too
+            _tracked[derived] = track
     return derived
 
 

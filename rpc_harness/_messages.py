@@ -170,12 +170,15 @@ class End:
 class Issued:
     """The running task issued call ``call`` to ``to`` (a rank): a Python
     function (``python``: a task will start there) or one torch runs in C++;
-    ``rref``: the id of the RRef a ``remote()`` creates. It waits for Go."""
+    ``rref``: the id of the RRef a ``remote()`` creates. It waits for Go.
+    ``by``: the program's callback on an answer that issued it instead (its
+    id, ``driver/2+cb1``), which runs between steps and waits for nothing."""
 
     call: str
     to: int
     python: bool
     rref: str | None = None
+    by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -216,13 +219,15 @@ class Notified:
 
 
 @dataclass(frozen=True)
-class Spawned:
-    """The running task started a thread, which will Begin as ``task``."""
+class Unscheduled:
+    """Something the schedule cannot order happened (``why``: what, and
+    where): an RPC issued by a thread that is neither a task nor a callback
+    on an answer, or a callback's wait for a task. Control is given up."""
 
-    task: str
+    why: str
 
 
-ToScheduler = Begin | At | Block | End | Issued | Completed | Followed | Due | Resolved | Notified | Spawned
+ToScheduler = Begin | At | Block | End | Issued | Completed | Followed | Due | Resolved | Notified | Unscheduled
 
 
 # -- scheduler -> rank ----------------------------------------------------------------------

@@ -289,9 +289,16 @@ class _Watch:
     def call(self, api: str, original: Callable[..., Any], to: Any, func: Any, args: Any, kwargs: Any,
              timeout: float) -> Any:
         names = rpc_names(func, args, serving=False)
-        gate = _gate._gate if _gate.current_task() is not None else None
-        if gate is not None:  # a controlled task: issuing a call is a scheduling point
-            gate.point(f"rpc.call:{names[-1]}")
+        task = _gate.current_task()
+        follower = _gate.current_follower() if task is None else None
+        gate = _gate._gate if task is not None or follower is not None else None
+        if task is not None:  # a controlled task: issuing a call is a scheduling point
+            gate.point(f"rpc.call:{names[-1]}")  # type: ignore[union-attr]
+        elif follower is None and _gate.active():
+            _gate._gate.unscheduled(  # type: ignore[union-attr]
+                f"{api} of {describe(names)} to {self._peer(to)} was issued by thread "
+                f"{threading.current_thread().name!r}, which is neither a task nor a callback on a controlled "
+                f"call's answer: its handler runs free")
         if not getattr(_serving_proxy_method, "active", False):
             for name in names:
                 self.ctx.failpoint(f"rpc.call:{name}")
@@ -322,10 +329,11 @@ class _Watch:
 
     def _controlled(self, gate: _gate.Gate, api: str, to: Any, func: Any, args: Any, kwargs: Any, timeout: float,
                     names: tuple[str, ...], span: int | None) -> Any:
-        """A call issued by a controlled task: the function goes tagged with
-        the call's id (a handler of a Python function is a task named after
-        it); the scheduler hears of the call before it can be answered, and
-        of its answer; rpc_sync waits through the gate."""
+        """A call issued by a controlled task, or by a callback of the
+        program's on a controlled call's answer: the function goes tagged
+        with the call's id (a handler of a Python function is a task named
+        after it); the scheduler hears of the call before it can be
+        answered, and of its answer; rpc_sync waits through the gate."""
         call = gate.call_id()
         python = _is_python(func)
         sent = _gate.Tagged(call, func) if python else func
@@ -341,7 +349,7 @@ class _Watch:
         rref = _gate.rref_id(value) if api == "remote" else None
         if span is not None:
             add_callback(future, lambda done: self.calls.end(span, _error_of(done)))
-        _gate.track_call(future, call, names[-1])  # before the scheduler hears of the call: it may wait for it
+        _gate.track_call(future, call, names[-1], python)  # before the scheduler hears of the call: it may wait for it
         gate.issued(call, self._rank_of(to), python, rref)
         if api == "remote" and isinstance(func, type):
             _remote_types[str(value)] = func

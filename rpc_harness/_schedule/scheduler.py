@@ -7,6 +7,10 @@ under control arrived (its handler's task has begun) or answered, every
 callback of the program's on an answered call returned. So the set of
 tasks that can run at each choice depends on the choices before it and
 nothing else, and the seed's choices give the same schedule every time.
+Such a callback runs between two steps, then; a call it issues is issued
+under control all the same, named after the callback (``driver/2+cb1/1``).
+What the schedule cannot order (an RPC from a thread of the program's own)
+is reported by the rank (``Unscheduled``), and control is given up.
 
 Waits the scheduler cannot see the end of stay inside a step (``_gate``).
 A step that never ends, or a world in which every task waits, is not
@@ -55,7 +59,8 @@ class Task:
 @dataclass
 class Call:
     id: str
-    caller: str | None
+    caller: str | None  # the task that issued it, or the program's callback (``driver/2+cb1``)
+    rank: int | None  # the caller's rank (None: issued by nothing the scheduler knows)
     to: int
     python: bool
     rref: str | None = None
@@ -131,8 +136,8 @@ class Scheduler:
                 self._end(task, responds_later)
                 if failed:
                     self.halt()
-            case msg.Issued(call, to, python, rref):
-                self._issued(call, to, python, rref)
+            case msg.Issued(call, to, python, rref, by):
+                self._issued(rank, call, to, python, rref, by)
             case msg.Completed(call, followers):
                 self.answers.discard(call)
                 if call in self.calls:
@@ -161,6 +166,9 @@ class Scheduler:
                 self._wake(("future", rank, serial))
             case msg.Notified(task):
                 self._notified(task)
+            case msg.Unscheduled(why):
+                if not self.halted:  # (once the entries are done, the world runs free anyway)
+                    self.release(f"{why}. The world ran free from step {len(self.steps)} on")
 
     def _begin(self, rank: int, task_id: str, label: str, point: str, call: str | None) -> None:
         if call is None:
@@ -219,7 +227,6 @@ class Scheduler:
         call = self.calls.get(task_id)
         if call is None:
             return
-        call.task_ended = True
         if call.rref is not None and self.pending_rrefs.pop(call.rref, None) is not None:
             self._wake(("rref", call.rref))
         if not responds_later and not call.completed and self._alive_caller(call):
@@ -227,9 +234,16 @@ class Scheduler:
         if task is not None and task.id in self.notified_early:
             self.notified_early.discard(task.id)
 
-    def _issued(self, call_id: str, to: int, python: bool, rref: str | None) -> None:
-        running = self.running
-        call = self.calls[call_id] = Call(call_id, running.id if running else None, to, python, rref)
+    def _issued(self, rank: int, call_id: str, to: int, python: bool, rref: str | None, by: str | None) -> None:
+        # A callback of the program's on an answer runs between steps (the
+        # world is not quiet until it returns) and waits for no Go: whatever
+        # task is running is not its caller.
+        running = self.running if by is None else None
+        if by is not None:
+            call = Call(call_id, by, rank, to, python, rref)
+        else:
+            call = Call(call_id, running.id if running else None, running.rank if running else None, to, python, rref)
+        self.calls[call_id] = call
         if python and to not in self.gone and to not in self.frozen:
             if call_id in self.early:
                 self.early.discard(call_id)
@@ -283,8 +297,9 @@ class Scheduler:
         self.ready[task.id] = task
 
     def _alive_caller(self, call: Call) -> bool:
-        caller = self.tasks.get(call.caller) if call.caller else None
-        return caller is not None and caller.rank not in self.gone
+        """Whether the call's caller can still hear its answer (a frozen
+        rank's reports are ignored: an answer due there would never be heard)."""
+        return call.rank is not None and call.rank not in self.gone and call.rank not in self.frozen
 
     # -- ranks that died or froze ---------------------------------------------------------------
     def rank_gone(self, rank: int, *, frozen: bool = False, unexpected: bool = False) -> None:
@@ -303,8 +318,7 @@ class Scheduler:
                 self._leave(task)
                 task.state = ENDED
         for call in self.calls.values():
-            caller = self.tasks.get(call.caller) if call.caller else None
-            if caller is not None and caller.rank == rank:  # nobody is left to hear its answer
+            if call.rank == rank:  # nobody is left to hear its answer
                 self.arrivals.discard(call.id)
                 self.answers.discard(call.id)
                 self.followers.pop(call.id, None)

@@ -2,7 +2,9 @@
 micro-batch's first-stage future gets a ``then`` callback that issues the
 next stage's RPC from torch's callback thread (the shape of a
 ``rpc_async().then(...set_next...)``), and the driver waits on the chains.
-The program never imports the harness."""
+``chained``: the RPC is issued by a second ``then`` on the first one's
+future (``rpc_async().then(scale).then(send)``). The program never imports
+the harness."""
 
 import torch.distributed.rpc as rpc
 
@@ -22,14 +24,20 @@ def seen():
     return list(_seen)
 
 
-def run_worker(rank, world_size=3, microbatches=3):
+def _send_on(fut):
+    return rpc.rpc_async("stage2", stage2, args=(fut.value(),))
+
+
+def run_worker(rank, world_size=3, microbatches=3, chained=False):
     names = ["driver", "stage1", "stage2"]
     rpc.init_rpc(names[rank], rank=rank, world_size=world_size)
     out = None
     if rank == 0:
-        chains = [rpc.rpc_async("stage1", stage1, args=(i,)).then(
-                      lambda fut: rpc.rpc_async("stage2", stage2, args=(fut.value(),)))
-                  for i in range(microbatches)]
+        firsts = [rpc.rpc_async("stage1", stage1, args=(i,)) for i in range(microbatches)]
+        if chained:
+            chains = [first.then(lambda fut: fut.value() * 10).then(_send_on) for first in firsts]
+        else:
+            chains = [first.then(_send_on) for first in firsts]
         results = [chain.wait().wait() for chain in chains]
         out = {"results": results, "arrived": rpc.rpc_sync("stage2", seen)}
     rpc.shutdown()

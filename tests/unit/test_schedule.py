@@ -845,3 +845,58 @@ def test_a_schedule_is_labelled_as_it_was_given(text, label):
 
 def test_a_replayed_schedule_is_labelled_by_its_length_not_its_blob():
     assert S.parse(S.replay_schedule([("w0", "rpc.call:f"), ("w1", "end")])).label == "replay of 2 steps"
+
+
+def test_a_call_a_callback_issues_is_waited_for_and_acks_no_task_that_happens_to_run():
+    # a's call a/1 to b's rank is answered; its handler's End has not been
+    # read yet when the caller's callback issues a/1+cb1/1: the task still
+    # running (the handler) did not issue it and is not let go by it.
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    assert world.goes() == ["a", "a/1"]
+    world.say(0, msg.Completed("a/1", followers=1), msg.Issued("a/1+cb1/1", 1, python=True, by="a/1+cb1"))
+    assert world.all_goes().count("a/1") == 1, "the running handler was not acked by a call it did not issue"
+    assert s.calls["a/1+cb1/1"].caller == "a/1+cb1" and s.calls["a/1+cb1/1"].rank == 0
+    world.say(1, msg.End("a/1"))
+    world.say(0, msg.Followed("a/1"))
+    assert s.arrivals == {"a/1+cb1/1"} and world.goes() == ["a", "a/1"], "no choice before its handler begins"
+    world.say(1, msg.Begin("a/1+cb1/1", "serving g", "serve g", call="a/1+cb1/1"))
+    assert world.goes() == ["a", "a/1", "a"], "quiet again: a, woken by its call's answer, is first by id"
+    world.say(0, msg.Block("a", "wait c", ("cond", 1)))
+    assert world.goes()[-1] == "a/1+cb1/1"
+    world.say(1, msg.End("a/1+cb1/1"))
+    assert s.answers == {"a/1+cb1/1"}, "its answer is due at the callback's rank, which is alive"
+    s.rank_gone(0)
+    assert s.answers == set(), "its caller's rank is gone: nobody is left to hear it"
+
+
+def test_something_the_schedule_cannot_order_gives_up_control_at_once_with_the_ranks_words():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.At("a", "p"))
+    world.say(0, msg.Unscheduled("rpc_sync of f to w1 was issued by thread 'prefetcher'"))
+    assert not s.controlled and s.lost_at == 1 and releases(world) == [0, 1]
+    assert s.note == "rpc_sync of f to w1 was issued by thread 'prefetcher'. The world ran free from step 1 on"
+
+
+def test_a_world_whose_entries_are_done_does_not_call_a_late_unscheduled_rpc_lost_control():
+    world = steady()
+    s = world.scheduler
+    s.entries_done()
+    world.say(0, msg.Unscheduled("rpc_sync of f to w1 was issued by thread 'late'"))
+    assert s.controlled and s.note == ""
+
+
+def test_a_handler_that_ends_after_its_caller_froze_is_not_waited_for_to_be_heard():
+    # Found by the model: a frozen rank's reports are ignored, so an answer
+    # due there would be waited for until the stall watch gave control up.
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.End("a"))
+    world.say(1, msg.Begin("a/1", "serving f", "serve f", call="a/1"))
+    assert world.goes() == ["a", "a/1"]
+    s.rank_gone(0, frozen=True)
+    world.say(1, msg.End("a/1"))
+    assert s.answers == set() and world.goes() == ["a", "a/1", "b"], "quiet: b, the one left, runs"

@@ -3,9 +3,9 @@ item 2), without processes or threads: a Hypothesis state machine plays the
 ranks of a world, truthfully, by the gate's protocol. Tasks begin, reach
 scheduling points, issue calls (to Python handlers, to torch's C++, making
 RRefs), block on calls, RRefs and sleeps, end, and get their answers; the
-program's callbacks on answers return; ranks die or freeze. After every
-rule, what the scheduler did is checked against a simple model of its
-guarantees (docs/guides/schedules.md, "What the scheduler guarantees"):
+program's callbacks on answers issue calls and return; ranks die or
+freeze. After every rule, what the scheduler did is checked against a
+simple model of its guarantees (docs/guides/schedules.md, "What the scheduler guarantees"):
 
 1. A choice is made only when the world is quiet: no step running, every
    entry begun, every call to a live rank arrived at its handler, every
@@ -270,6 +270,22 @@ class ScheduledWorld(RuleBasedStateMachine):
         self.calls[call_id].callbacks -= 1
         assert not [m for m in self._tell(self.calls[call_id].caller_rank, msg.Followed(call_id))
                     if isinstance(m, msg.Go)]
+
+    @precondition(lambda self: hasattr(self, "calls") and any(call.callbacks for call in self.calls.values()))
+    @rule(data=st.data(), to=st.integers(0, RANKS - 1), python=st.booleans(), makes_rref=st.booleans())
+    def a_callback_on_an_answer_issues_a_call(self, data: st.DataObject, to: int, python: bool,
+                                              makes_rref: bool) -> None:
+        # It runs between steps, in torch's thread: it waits for no Go, and
+        # its call is waited for as a task's would be.
+        answered = data.draw(st.sampled_from(sorted(c for c, call in self.calls.items() if call.callbacks)))
+        rank = self.calls[answered].caller_rank
+        by = f"{answered}+cb1"
+        call = self._fresh(f"{by}/")
+        rref = self._fresh("rref") if python and makes_rref else None
+        self.calls[call] = Call(by, rank, to, python, rref)
+        if rref is not None:
+            self.rrefs[rref] = call
+        assert not [m for m in self._tell(rank, msg.Issued(call, to, python, rref, by=by)) if isinstance(m, msg.Go)]
 
     @precondition(lambda self: hasattr(self, "gone") and not self.gone and len(self.stops) > 3)
     @rule(rank=st.integers(0, RANKS - 1), frozen=st.booleans())

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import pytest
 import worlds
-from programs import lock_across_call, pipeline_callbacks, split_learning, tutorial_ps_mnist
+from programs import (
+    lock_across_call,
+    pipeline_callbacks,
+    split_learning,
+    thread_issuer,
+    tutorial_ps_mnist,
+)
 
 import rpc_harness
 from rpc_harness import schedule as S
@@ -185,6 +191,11 @@ def test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_o
     worlds = [run(seed) for seed in range(1, 5)]
     for world in worlds:
         assert world.controlled, f"seed {world.seed}: {world.schedule_note}"
+        # Every batch's call is the schedule's: rpc_async's proxy issues it in
+        # a callback on the type fetch, which ran outside any task when the
+        # fetch was not done yet (the first batch's handler ran free).
+        forwards = [s for s in world.schedule if s.label.startswith("serving ServerHalf.forward") and s.point == "end"]
+        assert len(forwards) == 3, f"seed {world.seed}: {[(s.task, s.label) for s in world.schedule]}"
     assert len({tuple(map(tuple, w.values[0])) for w in worlds}) == 1, "the program's answer never depends on it"
     assert run(worlds[0].seed).schedule_digest == worlds[0].schedule_digest
 
@@ -200,3 +211,37 @@ def test_rpcs_issued_from_torchs_callback_threads_land_in_the_same_step_for_the_
         assert len({w.schedule_digest for w in worlds}) == 1, f"seed {seed}: the schedules differ"
         assert len({tuple(w.values[0]["arrived"]) for w in worlds}) == 1
         assert sorted(worlds[0].values[0]["results"]) == [1, 3, 5]
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["then", "then-then"])
+def test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_schedule(chained):
+    # Torch runs a callback on an answer in its own thread, outside any task.
+    # The stage2 call it issues is the schedule's all the same: one handler
+    # task per micro-batch, named after the callback when the callback ran
+    # between steps. Before, those handlers ran free, and their order was
+    # the clock's (a CI run saw one seed take two orders).
+    named = set()
+    for seed in (1, 2, 3):
+        world = rpc_harness.spawn(pipeline_callbacks.run_worker, args=(3, 3, chained), nprocs=3, seed=seed,
+                                  schedule="controlled", deadline=60)
+        assert world.controlled, world.schedule_note
+        handlers = [s.task for s in world.schedule if s.label.startswith("serving stage2") and s.point == "end"]
+        assert len(handlers) == 3, f"seed {seed}: {[(s.task, s.label) for s in world.schedule]}"
+        named |= {task.split("+")[1] for task in handlers if "+" in task}
+        assert sorted(world.values[0]["arrived"]) == ([0, 20, 40] if chained else [0, 2, 4])
+    assert named == ({"cb2/1"} if chained else {"cb1/1"}), "issued by the (second) callback on some seed"
+
+
+@pytest.mark.parametrize(("how", "says"), [
+    ("thread", "rpc_sync of add to w1 was issued by thread 'prefetcher', which is neither a task nor a callback"),
+    ("callback", "w0/1+cb1, a callback of the program's on an answer, waits for call w0/1+cb1/1 (add)"),
+], ids=["thread", "callback"])
+def test_an_rpc_the_schedule_cannot_order_gives_up_control_at_once_and_says_what_and_where(how, says):
+    # A program's own thread, and a callback that waits for a peer, are no
+    # task: before, the first ran free while the world claimed control, and
+    # the second stalled until the stall watch gave up 3 s later.
+    world = rpc_harness.spawn(thread_issuer.run_worker, args=(2, how), nprocs=2, seed=1, schedule="controlled",
+                              deadline=60)
+    assert world.ok and world.values[0] == (3 if how == "thread" else 13)
+    assert not world.controlled and world.control_lost_at is not None
+    assert says in world.schedule_note and "no step ended" not in world.schedule_note, world.schedule_note
