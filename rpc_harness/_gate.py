@@ -488,10 +488,40 @@ def _resolving(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _collect_all(futures: list[Any]) -> Any:
+    futures = list(futures)
     collected = _ORIGINAL["collect_all"](futures)
-    if _gate is not None:
-        _derived[collected] = list(futures)
-    return collected
+    if _gate is None:
+        return collected
+    if (current_task() is None and current_follower() is None) or not any(f in _tracked for f in futures):
+        _derived[collected] = futures
+        return collected
+    # Torch completes its collected future in the thread of the last answer,
+    # once that answer's callbacks were counted: a callback on it would run
+    # outside any task, past the quiet moment. This one completes, with
+    # torch's value or error, in a callback counted on each answer, so that
+    # the program's callbacks on it follow the last answer as its own do.
+    import torch
+
+    gathered = torch.futures.Future()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Any) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        try:  # torch's own callback on each answer ran before this one: it is done
+            value = raw_wait(collected)
+        except Exception as error:
+            gathered.set_exception(error)
+        else:
+            gathered.set_result(value)
+
+    for future in futures:
+        future.add_done_callback(one_done)  # (patched: counted on each controlled call)
+    _derived[gathered] = futures
+    return gathered
 
 
 def _wait_all(futures: list[Any]) -> list[Any]:

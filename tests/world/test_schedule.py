@@ -213,23 +213,26 @@ def test_rpcs_issued_from_torchs_callback_threads_land_in_the_same_step_for_the_
         assert sorted(worlds[0].values[0]["results"]) == [1, 3, 5]
 
 
-@pytest.mark.parametrize("chained", [False, True], ids=["then", "then-then"])
-def test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_schedule(chained):
+@pytest.mark.parametrize(("shape", "arrived", "by"), [
+    ("then", [0, 2, 4], "cb1/1"), ("then-then", [0, 20, 40], "cb2/1"), ("gathered", [6], "cb1/1")],
+    ids=["then", "then-then", "gathered"])
+def test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_schedule(shape, arrived, by):
     # Torch runs a callback on an answer in its own thread, outside any task.
     # The stage2 call it issues is the schedule's all the same: one handler
-    # task per micro-batch, named after the callback when the callback ran
-    # between steps. Before, those handlers ran free, and their order was
+    # task per call, named after the callback when the callback ran between
+    # steps (a then() on a then(), or on collect_all, counts with the call
+    # answered last). Before, those handlers ran free, and their order was
     # the clock's (a CI run saw one seed take two orders).
     named = set()
     for seed in (1, 2, 3):
-        world = rpc_harness.spawn(pipeline_callbacks.run_worker, args=(3, 3, chained), nprocs=3, seed=seed,
+        world = rpc_harness.spawn(pipeline_callbacks.run_worker, args=(3, 3, shape), nprocs=3, seed=seed,
                                   schedule="controlled", deadline=60)
         assert world.controlled, world.schedule_note
         handlers = [s.task for s in world.schedule if s.label.startswith("serving stage2") and s.point == "end"]
-        assert len(handlers) == 3, f"seed {seed}: {[(s.task, s.label) for s in world.schedule]}"
+        assert len(handlers) == len(arrived), f"seed {seed}: {[(s.task, s.label) for s in world.schedule]}"
         named |= {task.split("+")[1] for task in handlers if "+" in task}
-        assert sorted(world.values[0]["arrived"]) == ([0, 20, 40] if chained else [0, 2, 4])
-    assert named == ({"cb2/1"} if chained else {"cb1/1"}), "issued by the (second) callback on some seed"
+        assert sorted(world.values[0]["arrived"]) == arrived
+    assert named == {by}, "issued by the callback on some seed"
 
 
 @pytest.mark.parametrize(("how", "says"), [
