@@ -962,6 +962,32 @@ BUGS = (
         "for dtype in (torch.float32, torch.float64):\n        one", "for dtype in (torch.float32,):\n        one",
         ("tests/unit/test_math_kernels.py::"
          "test_the_warm_up_calls_each_op_for_float32_and_float64_on_the_calling_thread",)),
+    Bug("a call a callback on an answer issues runs free", "rpc_harness/_rpc_hooks.py",
+        "        follower = _gate.current_follower() if task is None else None", "        follower = None",
+        ("tests/world/test_schedule.py::test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_schedule",)),
+    Bug("an RPC from a thread of the program's own is not reported", "rpc_harness/_rpc_hooks.py",
+        "        elif follower is None and _gate.active():", "        elif False:",
+        ("tests/world/test_schedule.py::test_an_rpc_the_schedule_cannot_order_gives_up_control_at_once_and_says_what_and_where",)),
+    Bug("a callback's wait for a handler is left to the stall watch", "rpc_harness/_gate.py",
+        "            _check_callback_wait(future)", "            pass",
+        ("tests/world/test_schedule.py::test_an_rpc_the_schedule_cannot_order_gives_up_control_at_once_and_says_what_and_where",)),
+    Bug("a then() on a then() of a call does not count with the call", "rpc_harness/_gate.py",
+        "            _tracked[derived] = track", "            pass",
+        ("tests/world/test_schedule.py::test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_schedule",)),
+    Bug("collect_all of calls under control is torch's own", "rpc_harness/_gate.py",
+        "    if (current_task() is None and current_follower() is None) or not any(", "    if True or not any(",
+        ("tests/world/test_schedule.py::test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_schedule",)),
+    Bug("an RRef proxy's rpc_async issues its call on torch's thread", "rpc_harness/_gate.py",
+        "    if current_task() is not None and self in _type_fetches and not self.done():",
+        "    if False:",
+        ("tests/world/test_schedule.py::test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_on_every_seed",)),
+    Bug("a callback's call acks the task that happens to run", "rpc_harness/_schedule/scheduler.py",
+        "        running = self.running if by is None else None", "        running = self.running",
+        ("tests/unit/test_schedule.py::"
+         "test_a_call_a_callback_issues_is_waited_for_and_acks_no_task_that_happens_to_run",)),
+    Bug("an answer due at a frozen caller is waited for", "rpc_harness/_schedule/scheduler.py",
+        " and call.rank not in self.frozen\n", "\n",
+        ("tests/unit/test_schedule.py::test_a_handler_that_ends_after_its_caller_froze_is_not_waited_for_to_be_heard",)),
 )
 
 
