@@ -59,10 +59,8 @@ class Task:
 @dataclass
 class Call:
     id: str
-    caller: str | None  # the task that issued it, or the program's callback (``driver/2+cb1``)
-    rank: int | None  # the caller's rank (None: issued by nothing the scheduler knows)
+    rank: int | None  # its caller's (a task's, or a callback's on an answer); None: issued by nothing known
     to: int
-    python: bool
     rref: str | None = None
     settled: bool = False
     completed: bool = False  # its caller heard the answer (maybe before its handler's end reached us)
@@ -239,11 +237,8 @@ class Scheduler:
         # world is not quiet until it returns) and waits for no Go: whatever
         # task is running is not its caller.
         running = self.running if by is None else None
-        if by is not None:
-            call = Call(call_id, by, rank, to, python, rref)
-        else:
-            call = Call(call_id, running.id if running else None, running.rank if running else None, to, python, rref)
-        self.calls[call_id] = call
+        caller_rank = rank if by is not None else running.rank if running is not None else None
+        call = self.calls[call_id] = Call(call_id, caller_rank, to, rref)
         if python and to not in self.gone and to not in self.frozen:
             if call_id in self.early:
                 self.early.discard(call_id)
