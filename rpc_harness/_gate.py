@@ -86,6 +86,9 @@ class Gate:
         self.conn = conn
         self.rank = rank
         self.released = False
+        # The rank's main thread (it opens the gate): outside its entry's
+        # task it runs the harness's bring-up and wind-down, not the program.
+        self.opener = _thread.get_ident()
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
         self._goes: dict[str, _Signal] = {}
@@ -279,6 +282,7 @@ class _Track:
 _tracked: weakref.WeakKeyDictionary[Any, _Track] = weakref.WeakKeyDictionary()  # calls issued under control
 _derived: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()  # then(), collect_all()
 _type_fetches: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # RRef type fetches, by RRef id
+_start_signals: weakref.WeakSet[threading.Condition] = weakref.WeakSet()  # new threads' "it runs" signals
 
 
 def track_call(future: Any, call: str, what: str, python: bool) -> None:
@@ -382,6 +386,7 @@ def install() -> None:
         set_result=torch.futures.Future.set_result, set_exception=torch.futures.Future.set_exception,
         collect_all=torch.futures.collect_all, cond_wait=threading.Condition.wait,
         notify=threading.Condition.notify, sleep=time.sleep, backward=dist_autograd.backward,
+        thread_start=threading.Thread.start,
         optimizer_step=DistributedOptimizer.step,
     )
     future_type.wait = _marked(wait)
@@ -396,6 +401,7 @@ def install() -> None:
     threading.Condition.notify = _marked(_notify)
     threading.Condition.notify_all = _marked(lambda self: _notify(self, sys.maxsize))
     time.sleep = _marked(_sleep)
+    threading.Thread.start = _marked(_start_thread)
     dist_autograd.backward = _marked(_at_point("dist_autograd.backward", _ORIGINAL["backward"]))
     DistributedOptimizer.step = _marked(_at_point("DistributedOptimizer.step", _ORIGINAL["optimizer_step"]))
 
@@ -480,6 +486,7 @@ def _resolving(original: Callable[..., Any]) -> Callable[..., Any]:
         original(self, value)
         serial = self.__dict__.get("_rpch_serial")
         if serial is not None and _gate is not None:
+            _from_a_free_thread("completed a future of the program's")
             _gate.send(msg.Resolved(serial))
 
     resolve.__name__ = original.__name__
@@ -530,7 +537,7 @@ def _wait_all(futures: list[Any]) -> list[Any]:
 
 def _cond_wait(self: threading.Condition, timeout: float | None = None) -> bool:
     task = current_task()
-    if task is None or _gate is None:
+    if task is None or _gate is None or getattr(_local, "plain_waits", False):
         return _ORIGINAL["cond_wait"](self, timeout)
     if not self._is_owned():  # type: ignore[attr-defined]
         raise RuntimeError("cannot wait on un-acquired lock")
@@ -546,9 +553,56 @@ def _cond_wait(self: threading.Condition, timeout: float | None = None) -> bool:
 
 
 def _notify(self: threading.Condition, n: int = 1) -> None:
+    if self not in _start_signals:
+        _from_a_free_thread("notified a condition (set an Event, put to a Queue)")
     woken = _gate.cond_notify(self, n) if _gate is not None and not _gate.released else 0
     if n > woken:
         _ORIGINAL["notify"](self, n - woken)
+
+
+def _from_a_free_thread(what: str) -> None:
+    """A thread that is neither a task nor a callback on an answer did
+    ``what``: whatever it wakes, or whatever finds it done, goes by the
+    clock, not the schedule, so control is given up, saying which thread.
+    (A new thread's signal that it started is not counted: ``Thread.start``
+    waits for it within the starting task's step.)"""
+    gate = _gate
+    if gate is None or gate.released or current_task() is not None or current_follower() is not None:
+        return
+    if getattr(_local, "plumbing", False) or _thread.get_ident() == gate.opener:
+        return
+    gate.unscheduled(f"thread {threading.current_thread().name!r}, which is neither a task nor a callback on a "
+                     f"controlled call's answer, {what}: when it did is the clock's choice, not the schedule's")
+
+
+class plumbing:
+    """Marks the current thread as running torch's own RPC plumbing (init's
+    and shutdown's all-gathers, RRef type queries), not the program's code:
+    what it notifies is not reported as a free thread's."""
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_local, "plumbing", False)
+        _local.plumbing = True
+
+    def __exit__(self, *_: object) -> None:
+        _local.plumbing = self.outer
+
+
+def _start_thread(self: threading.Thread) -> None:
+    # Thread.start waits for the new thread's signal that it runs: a wait
+    # for no task, kept inside the starting task's step. As a scheduling
+    # point it was woken by that signal whenever the new thread got to it.
+    # (The signal is sent before the new thread is registered: asking
+    # threading.current_thread() there makes a dummy thread of it.)
+    started = getattr(getattr(self, "_started", None), "_cond", None)
+    if started is not None:
+        _start_signals.add(started)
+    outer = getattr(_local, "plain_waits", False)
+    _local.plain_waits = True
+    try:
+        _ORIGINAL["thread_start"](self)
+    finally:
+        _local.plain_waits = outer
 
 
 def _sleep(seconds: float) -> None:

@@ -205,8 +205,11 @@ def _call_wrapper(api_name: str, original: Callable[..., Any]) -> Callable[..., 
 def _serve_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def _run_function(python_udf: Any) -> Any:
         watch = _watch
-        if watch is None or isinstance(python_udf, AttributeError) or is_internal(python_udf.func):
+        if watch is None or isinstance(python_udf, AttributeError):
             return original(python_udf)  # an AttributeError: torch reports an unpicklable call
+        if is_internal(python_udf.func):
+            with _gate.plumbing():
+                return original(python_udf)
         return watch.serve(original, python_udf)
 
     return _like(_run_function, original)
@@ -394,7 +397,10 @@ class _Watch:
 
         result = original(internal.PythonUDF(hooked, python_udf.args, python_udf.kwargs))
         if gate is not None:
-            later = isinstance(result, torch.futures.Future) and not result.done()
+            # (torch._C.Future: an @async_execution function may return
+            # rpc_async's own future, or a then() of it, not only a
+            # torch.futures.Future it made)
+            later = isinstance(result, torch._C.Future) and not result.done()
             gate.end(responds_later=later)
             if later:  # @async_execution: answered once its future completes
                 _gate._ORIGINAL["add_done_callback"](result, lambda _: gate.send(_msg.Due(call)))  # type: ignore[arg-type]
@@ -402,7 +408,7 @@ class _Watch:
         if span is not None:
             if isinstance(result, internal.RemoteException):
                 self.serves.end(span, RuntimeError(result.msg.strip().splitlines()[-1] if result.msg else "raised"))
-            elif isinstance(result, torch.futures.Future):  # @async_execution: served once it completes
+            elif isinstance(result, torch._C.Future):  # @async_execution: served once it completes
                 result.add_done_callback(lambda future: self.serves.end(span, _error_of(future)))
             else:
                 self.serves.end(span, None)

@@ -1,9 +1,17 @@
-"""Workers that issue RPCs where no task of a schedule is: from a thread of
-their own (as prefetchers and background reporters do, ``how="thread"``),
-or by waiting on a peer inside a ``then`` callback (``how="callback"``),
-which torch's docs advise against but programs do. The program never
-imports the harness."""
+"""Workers that do things where no task of a schedule is. ``how``:
 
+- ``"thread"``: issue an RPC from a thread of their own (as prefetchers and
+  background reporters do);
+- ``"callback"``: wait on a peer inside a ``then`` callback, which torch's
+  docs advise against but programs do;
+- ``"loader"``: feed a ``queue.Queue`` from a thread of their own (a data
+  loader) that the main thread consumes;
+- ``"start"``: start a thread that makes no RPC and touches nothing shared
+  (a watchdog), then call a peer.
+
+The program never imports the harness."""
+
+import queue
 import threading
 
 import torch.distributed.rpc as rpc
@@ -11,6 +19,15 @@ import torch.distributed.rpc as rpc
 
 def add(a, b):
     return a + b
+
+
+def _loaded_sum():
+    batches = queue.Queue()
+    loader = threading.Thread(target=lambda: [batches.put(i) for i in range(3)], name="loader")
+    loader.start()
+    total = sum(batches.get() for _ in range(3))
+    loader.join()
+    return total
 
 
 def run_worker(rank, world_size=2, how="thread"):
@@ -23,8 +40,15 @@ def run_worker(rank, world_size=2, how="thread"):
         prefetcher.start()
         prefetcher.join()
         out = box[0]
-    elif rank == 0:
+    elif rank == 0 and how == "callback":
         out = rpc.rpc_async("w1", add, args=(1, 2)).then(
             lambda fut: rpc.rpc_sync("w1", add, args=(fut.value(), 10))).wait()
+    elif rank == 0 and how == "loader":
+        out = rpc.rpc_sync("w1", add, args=(_loaded_sum(), 0))
+    elif how == "start":
+        watchdog = threading.Thread(target=lambda: None, name="watchdog", daemon=True)
+        watchdog.start()
+        out = rpc.rpc_sync(f"w{(rank + 1) % world_size}", add, args=(rank, 1))
+        watchdog.join()
     rpc.shutdown()
     return out
