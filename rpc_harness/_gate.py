@@ -182,6 +182,13 @@ class Gate:
         if follower is not None:
             self.send(msg.Issued(call, to, python, rref, by=follower))
 
+    def follow(self, follower: str, call: str) -> None:
+        """The program's callback ``follower`` on ``call``'s answer waits
+        for its turn: callbacks on several answers would otherwise run at
+        once, in whatever order torch's threads got to them."""
+        if not self.released:
+            self._await(follower, msg.Following(follower, call))
+
     def unscheduled(self, why: str) -> None:
         """Something the schedule cannot order happened: control is given up."""
         self.send(msg.Unscheduled(why))
@@ -438,6 +445,7 @@ def _follower(future: Any, callback: Callable[..., Any]) -> Callable[..., Any]:
     gate = _gate
 
     def counted(fut: Any) -> Any:
+        gate.follow(follower, track.call)
         outer = getattr(_local, "follower", None)
         _local.follower = follower  # the calls it issues are named after it
         try:

@@ -191,6 +191,15 @@ class Completed:
 
 
 @dataclass(frozen=True)
+class Following:
+    """``follower``, one of the program's callbacks on call ``call``'s
+    answer, is about to run, and waits for Go (its turn)."""
+
+    follower: str
+    call: str
+
+
+@dataclass(frozen=True)
 class Followed:
     """One of the program's callbacks on call ``call``'s future returned."""
 
@@ -227,7 +236,8 @@ class Unscheduled:
     why: str
 
 
-ToScheduler = Begin | At | Block | End | Issued | Completed | Followed | Due | Resolved | Notified | Unscheduled
+ToScheduler = (Begin | At | Block | End | Issued | Completed | Following | Followed | Due | Resolved | Notified
+               | Unscheduled)
 
 
 # -- scheduler -> rank ----------------------------------------------------------------------

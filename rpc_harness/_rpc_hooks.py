@@ -409,7 +409,9 @@ class _Watch:
             if isinstance(result, internal.RemoteException):
                 self.serves.end(span, RuntimeError(result.msg.strip().splitlines()[-1] if result.msg else "raised"))
             elif isinstance(result, torch._C.Future):  # @async_execution: served once it completes
-                result.add_done_callback(lambda future: self.serves.end(span, _error_of(future)))
+                # (ours, not the program's: under control not counted as a callback on an answer)
+                _gate._ORIGINAL.get("add_done_callback", type(result).add_done_callback)(
+                    result, lambda future: self.serves.end(span, _error_of(future)))
             else:
                 self.serves.end(span, None)
         return result

@@ -7,7 +7,8 @@ under control arrived (its handler's task has begun) or answered, every
 callback of the program's on an answered call returned. So the set of
 tasks that can run at each choice depends on the choices before it and
 nothing else, and the seed's choices give the same schedule every time.
-Such a callback runs between two steps, then; a call it issues is issued
+Such a callback runs between two steps, then, and callbacks run one at a
+time, by id, once every answer due is heard; a call one issues is issued
 under control all the same, named after the callback (``driver/2+cb1/1``).
 What the schedule cannot order (an RPC from a thread of the program's own)
 is reported by the rank (``Unscheduled``), and control is given up.
@@ -87,6 +88,8 @@ class Scheduler:
         self.heard: set[str] = set()  # calls whose completion came before the call itself was reported
         self.acks: dict[str, Task] = {}  # callers waiting, in their step, for an answer no task makes
         self.followers: dict[str, int] = {}  # calls whose program callbacks still run
+        self.turns: dict[str, tuple[int, str]] = {}  # callbacks waiting for their turn: id -> (rank, call)
+        self.following: tuple[int, str] | None = None  # (rank, call) of the callback let go, until it returns
         self.resolved: set[tuple[int, int]] = set()  # (rank, serial) of the program's futures
         self.pending_rrefs: dict[str, str] = {}  # rref id -> the call creating it, until its handler ends
         self.notified_early: set[str] = set()
@@ -149,7 +152,11 @@ class Scheduler:
                     self.followers[call] = self.followers.get(call, 0) + followers
                 else:
                     self._settle(call)
+            case msg.Following(follower, call):
+                self.turns[follower] = (rank, call)
             case msg.Followed(call):
+                if self.following == (rank, call):
+                    self.following = None
                 left = self.followers.get(call, 1) - 1
                 if left > 0:
                     self.followers[call] = left
@@ -312,6 +319,9 @@ class Scheduler:
                     self.running = None
                 self._leave(task)
                 task.state = ENDED
+        self.turns = {f: turn for f, turn in self.turns.items() if turn[0] != rank}
+        if self.following is not None and self.following[0] == rank:
+            self.following = None
         for call in self.calls.values():
             if call.rank == rank:  # nobody is left to hear its answer
                 self.arrivals.discard(call.id)
@@ -346,8 +356,12 @@ class Scheduler:
                     self.send(rank, msg.Release())
 
     def decide(self) -> None:
-        """If the world is quiet, let the chosen task go."""
-        if not self.controlled or self.halted or not self.quiet():
+        """If the world is quiet, let the chosen task go; before that, the
+        program's callbacks on answers, one at a time."""
+        if not self.controlled or self.halted:
+            return
+        self._let_a_callback_go()
+        if not self.quiet():
             return
         ready = sorted(self.ready.values(), key=lambda t: t.id)
         if not ready:
@@ -365,6 +379,22 @@ class Scheduler:
         chosen.state = RUNNING
         self.step_started = self.clock()
         self.send(chosen.rank, msg.Go(chosen.id, chosen.notified))
+
+    def _let_a_callback_go(self) -> None:
+        """Callbacks on answers run between steps, one at a time, by id,
+        once every answer due has been heard (so every callback that could
+        run is known) and the next callback of each answered call is
+        waiting for its turn (a call's own run one after another, in the
+        thread that completed it). Which one runs first is then not the
+        clock's choice."""
+        if not self.followers or self.following is not None or self.running is not None or self.answers:
+            return
+        waiting = {call for _, call in self.turns.values()}
+        if not waiting or any(call not in waiting for call in self.followers):
+            return
+        follower = min(self.turns)
+        self.following = self.turns.pop(follower)
+        self.send(self.following[0], msg.Go(follower))
 
     def _waits_on_timer(self, task_id: str, at: float) -> bool:
         task = self.tasks.get(task_id)
@@ -406,6 +436,8 @@ class Scheduler:
             parts.append(f"calls {sorted(self.answers)} were never answered")
         if self.followers:
             parts.append(f"callbacks on calls {sorted(self.followers)} never returned")
+        if self.turns:
+            parts.append(f"callbacks {sorted(self.turns)} wait for their turn")
         if not parts:
             waiting = [f"{t.id} ({t.label}) at {t.point}" for tasks in self.waiting.values() for t in tasks.values()]
             parts.append("every task waits: " + ("; ".join(waiting) or "none is left"))

@@ -9,7 +9,10 @@ simple model of its guarantees (docs/guides/schedules.md, "What the scheduler gu
 
 1. A choice is made only when the world is quiet: no step running, every
    entry begun, every call to a live rank arrived at its handler, every
-   answer due heard. Then exactly one task is let go.
+   answer due heard, every callback on an answer returned. Then exactly
+   one task is let go. Callbacks go first, one at a time, the least id,
+   once none runs, no task runs, every answer due is heard and the next
+   callback of each answered call waits for its turn.
 2. The task chosen could run: it is ready, or blocked on something
    resolved: a call answered (and the program's callbacks on the answer
    returned), an RRef whose constructor's handler ended or whose owner died.
@@ -43,7 +46,8 @@ class Call:
     def __init__(self, caller: str, caller_rank: int, to: int, python: bool, rref: str | None) -> None:
         self.caller, self.caller_rank, self.to, self.python, self.rref = caller, caller_rank, to, python, rref
         self.begun = self.ended = self.completed = False
-        self.callbacks = 0  # the program's callbacks on its answer still running
+        self.callbacks = 0  # the program's callbacks on its answer still to return
+        self.registered = 0  # how many it had (they are numbered from 1)
 
 
 class ScheduledWorld(RuleBasedStateMachine):
@@ -71,6 +75,8 @@ class ScheduledWorld(RuleBasedStateMachine):
         self.stops: list[tuple[str, str]] = []  # (task, point) of each stop of the running task
         self.stopped_by: list[int] = []  # for each stop, how many inputs told the scheduler of it
         self.counter = 0
+        self.turns: dict[str, str] = {}  # callbacks waiting for their turn -> their call
+        self.following: str | None = None  # the call whose callback was let go, until it returns
 
     def _new(self, spec: S.ScheduleSpec, sent: list | None = None) -> Scheduler:
         out = self.sent if sent is None else sent
@@ -122,6 +128,19 @@ class ScheduledWorld(RuleBasedStateMachine):
             return call.ended or call.to in self.gone
         return False
 
+    def _callback_due(self) -> str | None:
+        """The callback let go at the next decision: with none running, no
+        task running, every answer due heard, and the next callback of every
+        answered call waiting for its turn, the least id."""
+        live = [c for c, call in self.calls.items() if call.callbacks]
+        if not live or self.following is not None or self.running is not None:
+            return None
+        if any(self._due(call) for call in self.calls.values()):
+            return None
+        if any(c not in self.turns.values() for c in live):
+            return None
+        return min(self.turns)
+
     def _can_run(self) -> set[str]:
         out = set()
         for task, state in self.state.items():
@@ -144,6 +163,7 @@ class ScheduledWorld(RuleBasedStateMachine):
     @precondition(lambda self: hasattr(self, "scheduler"))
     @rule()
     def the_supervisor_decides(self) -> None:
+        callback = self._callback_due()
         quiet, can_run = self._quiet(), self._can_run()
         sleeping = {t: at for t, at in self.wakes.items() if self.rank_of[t] not in self.gone and
                     isinstance(self.state[t], tuple)}
@@ -151,6 +171,10 @@ class ScheduledWorld(RuleBasedStateMachine):
         self.inputs.append(("decide",))
         self.scheduler.decide()
         goes = [m for _, m in self.sent[before:] if isinstance(m, msg.Go)]
+        if callback is not None:  # callbacks on answers go first, one at a time, by id
+            assert [g.task for g in goes] == [callback], f"the callback {callback} was due; sent {goes}"
+            self.following = self.turns.pop(callback)
+            return
         if not quiet or (not can_run and not sleeping):
             assert not goes, f"a choice in a world that is not quiet or has nothing to run: {goes}"
             return
@@ -255,7 +279,7 @@ class ScheduledWorld(RuleBasedStateMachine):
         due = sorted(c for c, call in self.calls.items() if self._due(call))
         call_id = data.draw(st.sampled_from(due))
         call = self.calls[call_id]
-        call.completed, call.callbacks = True, callbacks
+        call.completed, call.callbacks, call.registered = True, callbacks, callbacks
         goes = [m for m in self._tell(call.caller_rank, msg.Completed(call_id, callbacks)) if isinstance(m, msg.Go)]
         if self.awaiting == call_id:
             assert [g.task for g in goes] == [call.caller], "the caller held for this answer goes on"
@@ -263,23 +287,35 @@ class ScheduledWorld(RuleBasedStateMachine):
         else:
             assert not goes
 
-    @precondition(lambda self: hasattr(self, "calls") and any(call.callbacks for call in self.calls.values()))
+    def _reaching_their_turn(self) -> list[str]:
+        return sorted(c for c, call in self.calls.items()
+                      if call.callbacks and c not in self.turns.values() and c != self.following)
+
+    @precondition(lambda self: hasattr(self, "calls") and self._reaching_their_turn())
     @rule(data=st.data())
-    def a_callback_on_an_answer_returns(self, data: st.DataObject) -> None:
-        call_id = data.draw(st.sampled_from(sorted(c for c, call in self.calls.items() if call.callbacks)))
+    def a_callback_on_an_answer_waits_for_its_turn(self, data: st.DataObject) -> None:
+        call_id = data.draw(st.sampled_from(self._reaching_their_turn()))
+        call = self.calls[call_id]
+        follower = f"{call_id}+cb{call.registered - call.callbacks + 1}"
+        self.turns[follower] = call_id
+        assert not [m for m in self._tell(call.caller_rank, msg.Following(follower, call_id)) if isinstance(m, msg.Go)]
+
+    @precondition(lambda self: getattr(self, "following", None) is not None)
+    @rule()
+    def the_callback_let_go_returns(self) -> None:
+        call_id, self.following = self.following, None
         self.calls[call_id].callbacks -= 1
         assert not [m for m in self._tell(self.calls[call_id].caller_rank, msg.Followed(call_id))
                     if isinstance(m, msg.Go)]
 
-    @precondition(lambda self: hasattr(self, "calls") and any(call.callbacks for call in self.calls.values()))
-    @rule(data=st.data(), to=st.integers(0, RANKS - 1), python=st.booleans(), makes_rref=st.booleans())
-    def a_callback_on_an_answer_issues_a_call(self, data: st.DataObject, to: int, python: bool,
-                                              makes_rref: bool) -> None:
+    @precondition(lambda self: getattr(self, "following", None) is not None)
+    @rule(to=st.integers(0, RANKS - 1), python=st.booleans(), makes_rref=st.booleans())
+    def the_callback_let_go_issues_a_call(self, to: int, python: bool, makes_rref: bool) -> None:
         # It runs between steps, in torch's thread: it waits for no Go, and
         # its call is waited for as a task's would be.
-        answered = data.draw(st.sampled_from(sorted(c for c, call in self.calls.items() if call.callbacks)))
+        answered = self.following
         rank = self.calls[answered].caller_rank
-        by = f"{answered}+cb1"
+        by = f"{answered}+cb{self.calls[answered].registered - self.calls[answered].callbacks + 1}"
         call = self._fresh(f"{by}/")
         rref = self._fresh("rref") if python and makes_rref else None
         self.calls[call] = Call(by, rank, to, python, rref)
@@ -302,6 +338,9 @@ class ScheduledWorld(RuleBasedStateMachine):
         for call in self.calls.values():  # nobody is left to run the callbacks of a dead caller's calls
             if call.caller_rank == rank:
                 call.callbacks = 0
+        self.turns = {f: c for f, c in self.turns.items() if self.calls[c].caller_rank != rank}
+        if self.following is not None and self.calls[self.following].caller_rank == rank:
+            self.following = None
         self.inputs.append(("gone", rank, frozen))
         self.scheduler.rank_gone(rank, frozen=frozen)
 

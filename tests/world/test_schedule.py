@@ -10,6 +10,7 @@ import pytest
 import worlds
 from programs import (
     async_relay,
+    batch_updates,
     lock_across_call,
     pipeline_callbacks,
     split_learning,
@@ -281,3 +282,20 @@ def test_an_async_execution_function_that_returns_its_own_calls_future_stays_con
         assert world.values[0] == ([2, 4] if how == "direct" else [3, 5])
         leaf = [s for s in world.schedule if s.label.startswith("serving work") and s.point == "end"]
         assert len(leaf) == 2
+
+
+def test_callbacks_on_answers_given_in_one_step_run_one_at_a_time_in_the_order_of_their_ids():
+    # The batch server answers every trainer call in one step. Their
+    # callbacks ran at once, in torch's threads, in whatever order those got
+    # to them: an outside trial saw one seed give three orders, on one
+    # schedule. Now they run one at a time, by id (w/1+cb1, w/2+cb1, ...).
+    for seed in (1, 2):
+        worlds = [rpc_harness.spawn(batch_updates.run_worker, args=(2, 4), nprocs=2, seed=seed,
+                                    schedule="controlled", deadline=60) for _ in range(3)]
+        for world in worlds:
+            assert world.controlled, world.schedule_note
+            assert world.values[0]["ran"] == [0, 1, 2, 3]
+            reports = [s.task for s in world.schedule if s.label.startswith("serving report for") and s.point == "end"]
+            assert sorted(reports) == [f"trainer/{i}+cb1/1" for i in range(1, 5)]
+        assert len({w.schedule_digest for w in worlds}) == 1
+        assert len({tuple(w.values[0]["reports"]) for w in worlds}) == 1
