@@ -1006,7 +1006,7 @@ BUGS = (
         ("tests/world/test_schedule.py::test_a_controlled_worlds_schedule_is_decided_by_its_seed",)),
     Bug("the rank's bring-up on its main thread is taken for a program thread", "rpc_harness/_gate.py",
         'or _thread.get_ident() == gate.opener:', "or False:",
-        ("tests/world/test_schedule.py::test_a_controlled_worlds_schedule_is_decided_by_its_seed",)),
+        ("tests/world/test_schedule.py::test_the_scenarios_pass_their_checks_under_a_controlled_schedule",)),
 )
 
 
