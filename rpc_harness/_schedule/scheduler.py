@@ -60,7 +60,7 @@ class Task:
 @dataclass
 class Call:
     id: str
-    rank: int | None  # its caller's (a task's, or a callback's on an answer); None: issued by nothing known
+    rank: int  # its caller's (a task's, or a callback's on an answer)
     to: int
     rref: str | None = None
     settled: bool = False
@@ -89,7 +89,6 @@ class Scheduler:
         self.acks: dict[str, Task] = {}  # callers waiting, in their step, for an answer no task makes
         self.followers: dict[str, int] = {}  # calls whose program callbacks still run
         self.turns: dict[str, tuple[int, str]] = {}  # callbacks waiting for their turn: id -> (rank, call)
-        self.following: tuple[int, str] | None = None  # (rank, call) of the callback let go, until it returns
         self.resolved: set[tuple[int, int]] = set()  # (rank, serial) of the program's futures
         self.pending_rrefs: dict[str, str] = {}  # rref id -> the call creating it, until its handler ends
         self.notified_early: set[str] = set()
@@ -155,8 +154,6 @@ class Scheduler:
             case msg.Following(follower, call):
                 self.turns[follower] = (rank, call)
             case msg.Followed(call):
-                if self.following == (rank, call):
-                    self.following = None
                 left = self.followers.get(call, 1) - 1
                 if left > 0:
                     self.followers[call] = left
@@ -244,8 +241,7 @@ class Scheduler:
         # world is not quiet until it returns) and waits for no Go: whatever
         # task is running is not its caller.
         running = self.running if by is None else None
-        caller_rank = rank if by is not None else running.rank if running is not None else None
-        call = self.calls[call_id] = Call(call_id, caller_rank, to, rref)
+        call = self.calls[call_id] = Call(call_id, rank, to, rref)  # (its caller's rank told it)
         if python and to not in self.gone and to not in self.frozen:
             if call_id in self.early:
                 self.early.discard(call_id)
@@ -301,7 +297,7 @@ class Scheduler:
     def _alive_caller(self, call: Call) -> bool:
         """Whether the call's caller can still hear its answer (a frozen
         rank's reports are ignored: an answer due there would never be heard)."""
-        return call.rank is not None and call.rank not in self.gone and call.rank not in self.frozen
+        return call.rank not in self.gone and call.rank not in self.frozen
 
     # -- ranks that died or froze ---------------------------------------------------------------
     def rank_gone(self, rank: int, *, frozen: bool = False, unexpected: bool = False) -> None:
@@ -320,8 +316,6 @@ class Scheduler:
                 self._leave(task)
                 task.state = ENDED
         self.turns = {f: turn for f, turn in self.turns.items() if turn[0] != rank}
-        if self.following is not None and self.following[0] == rank:
-            self.following = None
         for call in self.calls.values():
             if call.rank == rank:  # nobody is left to hear its answer
                 self.arrivals.discard(call.id)
@@ -384,17 +378,18 @@ class Scheduler:
         """Callbacks on answers run between steps, one at a time, by id,
         once every answer due has been heard (so every callback that could
         run is known) and the next callback of each answered call is
-        waiting for its turn (a call's own run one after another, in the
-        thread that completed it). Which one runs first is then not the
-        clock's choice."""
-        if not self.followers or self.following is not None or self.running is not None or self.answers:
+        waiting for its turn. A call's own callbacks run one after another,
+        in the thread that completed it: while one runs, its call has none
+        waiting, and no other is let go. Which one runs first is then not
+        the clock's choice."""
+        if not self.followers or self.running is not None or self.answers:
             return
         waiting = {call for _, call in self.turns.values()}
-        if not waiting or any(call not in waiting for call in self.followers):
+        if any(call not in waiting for call in self.followers):
             return
         follower = min(self.turns)
-        self.following = self.turns.pop(follower)
-        self.send(self.following[0], msg.Go(follower))
+        rank, _ = self.turns.pop(follower)
+        self.send(rank, msg.Go(follower))
 
     def _waits_on_timer(self, task_id: str, at: float) -> bool:
         task = self.tasks.get(task_id)

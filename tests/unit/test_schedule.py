@@ -900,3 +900,57 @@ def test_a_handler_that_ends_after_its_caller_froze_is_not_waited_for_to_be_hear
     s.rank_gone(0, frozen=True)
     world.say(1, msg.End("a/1"))
     assert s.answers == set() and world.goes() == ["a", "a/1", "b"], "quiet: b, the one left, runs"
+
+
+def test_callbacks_on_answers_go_one_at_a_time_by_id_to_their_own_rank_once_each_is_at_its_turn():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.At("a", "p"))
+    world.say(0, msg.Block("a", "wait c", ("cond", 1)))
+    assert world.goes() == ["a", "b"]
+    world.say(1, msg.Issued("b/1", 0, python=False), msg.Completed("b/1", followers=1))
+    world.say(1, msg.Issued("b/2", 0, python=False), msg.Completed("b/2", followers=1))
+    world.say(1, msg.Block("b", "wait c", ("cond", 2)))
+    world.say(1, msg.Following("b/2+cb1", "b/2"))
+    assert world.goes() == ["a", "b"], "b/1's callback is not at its turn yet: which goes first is not known"
+    world.say(1, msg.Following("b/1+cb1", "b/1"))
+    assert world.sent[-1] == (1, msg.Go("b/1+cb1")), "the least id, on its own rank"
+    world.say(1)
+    assert world.all_goes().count("b/2+cb1") == 0, "one at a time"
+    world.say(1, msg.Followed("b/1"))
+    assert world.sent[-1] == (1, msg.Go("b/2+cb1"))
+    world.say(1, msg.Followed("b/2"))
+    assert s.followers == {} and s.turns == {}
+
+
+def test_no_callback_goes_while_a_task_runs_or_an_answer_is_due():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1", followers=1))
+    world.say(0, msg.Following("a/1+cb1", "a/1"))
+    assert "a/1+cb1" not in world.all_goes(), "a runs on: its step ends first"
+    world.say(0, msg.Issued("a/2", 1, python=False))
+    assert s.answers == {"a/2"}
+    world.say(0, msg.Completed("a/2"), msg.Block("a", "wait c", ("cond", 1)))
+    assert world.all_goes()[-1] == "a/1+cb1"
+
+
+def test_a_lost_rank_takes_its_callbacks_turns_and_lets_the_next_callback_go():
+    world = steady(ranks=3)
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 2, python=False), msg.Completed("a/1", followers=1))
+    world.say(0, msg.Block("a", "wait c", ("cond", 1)))
+    world.say(1, msg.Issued("b/1", 2, python=False), msg.Completed("b/1", followers=1))
+    world.say(1, msg.Block("b", "wait c", ("cond", 2)))
+    world.say(0, msg.Following("a/1+cb1", "a/1"))
+    world.say(1, msg.Following("b/1+cb1", "b/1"))
+    assert world.sent[-1] == (0, msg.Go("a/1+cb1")) and s.turns == {"b/1+cb1": (1, "b/1")}
+    s.rank_gone(2)
+    assert s.turns == {"b/1+cb1": (1, "b/1")}, "another rank's loss takes nothing"
+    s.decide()
+    assert world.sent[-1] == (0, msg.Go("a/1+cb1")), "a/1's callback still runs"
+    s.rank_gone(0)
+    s.decide()
+    assert world.sent[-1] == (1, msg.Go("b/1+cb1")), "its rank lost, a/1's callback runs no more"
+    s.rank_gone(1)
+    assert s.turns == {} and s.followers == {}
