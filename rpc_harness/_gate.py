@@ -134,17 +134,21 @@ class Gate:
         for event in events:
             event.set()
 
-    def _await(self, task: str, message: msg.ToScheduler) -> bool:
+    def _await(self, task: str, message: msg.ToScheduler) -> bool | None:
         """Send ``message`` and wait for ``task``'s Go (the signal exists
-        before the message leaves: a Go may come back at once)."""
+        before the message leaves: a Go may come back at once). What the
+        Go said (False: a wait's timeout ended it); None when no Go came
+        because control was given up."""
         event = _Signal()
         with self._lock:
             self._goes[task] = event
+        if self.released:  # given up since the caller looked: release() may have missed this signal
+            event.set()
         self.send(message)
         event.wait()
         with self._lock:
             self._goes.pop(task, None)
-            return self._notified.pop(task, True)
+            return self._notified.pop(task, None)
 
     # -- what tasks do --------------------------------------------------------------------
     def begin(self, task: str, label: str, point: str, call: str | None = None) -> None:
@@ -159,9 +163,10 @@ class Gate:
         if task is not None:
             self._await(task, msg.At(task, point))
 
-    def block(self, on: tuple, point: str, timeout: float | None = None) -> bool:
+    def block(self, on: tuple, point: str, timeout: float | None = None) -> bool | None:
         """The current task waits for ``on``, then for its turn; whether it
-        was woken by what it waited for (False: by its timeout)."""
+        was woken by what it waited for (False: by its timeout; None: by
+        control given up, which ends every wait for a turn at once)."""
         task = current_task()
         if task is None:
             return True
@@ -208,7 +213,7 @@ class Gate:
             return f"{task}/{next(counter)}"
 
     # -- conditions -------------------------------------------------------------------------
-    def cond_wait(self, cond: Any, timeout: float | None) -> bool:
+    def cond_wait(self, cond: Any, timeout: float | None) -> bool | None:
         task = current_task()
         assert task is not None
         key = id(cond)
@@ -225,12 +230,15 @@ class Gate:
             self.send(msg.Notified(task))
         return len(woken)
 
-    def cond_forget(self, cond: Any, task: str) -> None:
-        """A waiter that timed out is no longer waiting."""
+    def cond_forget(self, cond: Any, task: str) -> bool:
+        """A waiter that timed out, or was let go by control given up, is no
+        longer waiting; whether it still was (no notify took it)."""
         with self._lock:
             waiters = self._cond_waiters.get(id(cond), [])
             if task in waiters:
                 waiters.remove(task)
+                return True
+            return False
 
 
 class _Signal:
@@ -547,6 +555,8 @@ def _cond_wait(self: threading.Condition, timeout: float | None = None) -> bool:
     task = current_task()
     if task is None or _gate is None or getattr(_local, "plain_waits", False):
         return _ORIGINAL["cond_wait"](self, timeout)
+    if timeout is not None and timeout <= 0:  # a poll (Semaphore.acquire(timeout=0)): it waits for nothing
+        return _ORIGINAL["cond_wait"](self, timeout)
     if not self._is_owned():  # type: ignore[attr-defined]
         raise RuntimeError("cannot wait on un-acquired lock")
     saved = self._release_save()  # type: ignore[attr-defined]
@@ -555,6 +565,10 @@ def _cond_wait(self: threading.Condition, timeout: float | None = None) -> bool:
         notified = gate.cond_wait(self, timeout)
     finally:
         self._acquire_restore(saved)  # type: ignore[attr-defined]
+    if notified is None:  # control was given up while it waited: not a wake-up
+        if gate.cond_forget(self, task):  # (under the condition's lock: no notify can come between)
+            return _ORIGINAL["cond_wait"](self, timeout)  # its own wait now, on the real clock
+        return True  # a notify took it first
     if not notified:
         gate.cond_forget(self, task)
     return notified
@@ -563,7 +577,9 @@ def _cond_wait(self: threading.Condition, timeout: float | None = None) -> bool:
 def _notify(self: threading.Condition, n: int = 1) -> None:
     if self not in _start_signals:
         _from_a_free_thread("notified a condition (set an Event, put to a Queue)")
-    woken = _gate.cond_notify(self, n) if _gate is not None and not _gate.released else 0
+    # (Once control is given up too: a task it let go may still be on its
+    # way back to its own wait, listed as a waiter; the notify is its.)
+    woken = _gate.cond_notify(self, n) if _gate is not None else 0
     if n > woken:
         _ORIGINAL["notify"](self, n - woken)
 
@@ -616,7 +632,8 @@ def _start_thread(self: threading.Thread) -> None:
 def _sleep(seconds: float) -> None:
     if current_task() is None or _gate is None:
         return _ORIGINAL["sleep"](seconds)
-    _gate.block(("timer",), "sleep", seconds)
+    if _gate.block(("timer",), "sleep", seconds) is None:  # control given up: it sleeps on the real clock
+        _ORIGINAL["sleep"](seconds)
     return None
 
 

@@ -254,7 +254,15 @@ def _wait_for_rref(rref: Any, what: str) -> None:
     """Under a controlled schedule, an RRef whose value a task still has to
     make (its ``remote()`` call's handler) is waited for through the scheduler."""
     gate = _gate._gate
-    if gate is None or _gate.current_task() is None:
+    if gate is None:
+        return
+    if _gate.current_task() is None:
+        follower = _gate.current_follower()
+        if follower is not None and not rref.is_owner() and not rref._get_future().done():
+            # Its remote()'s handler is a task, which cannot run until this callback returns.
+            gate.unscheduled(f"{follower}, a callback of the program's on an answer, waits for an RRef ({what}) "
+                             f"that a task has still to make: a callback runs between steps, so no task can run "
+                             f"for what it waits for")
         return
     # Whether the value is there cannot be asked of an owner's RRef (torch has
     # no creation future for it): the scheduler knows which calls make RRefs.

@@ -240,9 +240,11 @@ def test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_
 @pytest.mark.parametrize(("how", "says"), [
     ("thread", "rpc_sync of add to w1 was issued by thread 'prefetcher', which is neither a task nor a callback"),
     ("callback", "w0/1+cb1, a callback of the program's on an answer, waits for call w0/1+cb1/1 (add)"),
+    ("callback-remote", "w0/1+cb1, a callback of the program's on an answer, waits for an RRef (to_here) that a "
+                        "task has still to make"),
     ("loader", "thread 'loader', which is neither a task nor a callback on a controlled call's answer, notified a "
                "condition (set an Event, put to a Queue)"),
-], ids=["thread", "callback", "loader"])
+], ids=["thread", "callback", "callback-remote", "loader"])
 def test_what_the_schedule_cannot_order_gives_up_control_at_once_and_says_what_and_where(how, says):
     # A program's own threads, and a callback that waits for a peer, are no
     # task: before, the first ran free while the world claimed control (an
@@ -250,7 +252,7 @@ def test_what_the_schedule_cannot_order_gives_up_control_at_once_and_says_what_a
     # until the stall watch gave up 3 s later.
     world = rpc_harness.spawn(thread_issuer.run_worker, args=(2, how), nprocs=2, seed=1, schedule="controlled",
                               deadline=60)
-    assert world.ok and world.values[0] == (13 if how == "callback" else 3)
+    assert world.ok and world.values[0] == (13 if how.startswith("callback") else 3)
     assert not world.controlled and world.control_lost_at is not None
     assert says in world.schedule_note and "no step ended" not in world.schedule_note, world.schedule_note
 
@@ -299,3 +301,26 @@ def test_callbacks_on_answers_given_in_one_step_run_one_at_a_time_in_the_order_o
             assert sorted(reports) == [f"trainer/{i}+cb1/1" for i in range(1, 5)]
         assert len({w.schedule_digest for w in worlds}) == 1
         assert len({tuple(w.values[0]["reports"]) for w in worlds}) == 1
+
+
+def test_a_wait_that_control_given_up_let_go_goes_on_waiting_for_what_it_waited_for():
+    # The setter thread's first Event gives control up while a handler waits
+    # on the second. Letting every task go used to end that wait as if
+    # notified: Event.wait() returned True with the Event unset (and a
+    # ThreadPoolExecutor's result() raised TimeoutError, in an outside trial).
+    world = rpc_harness.spawn(thread_issuer.run_worker, args=(2, "events"), nprocs=2, seed=1,
+                              schedule="controlled", deadline=60)
+    assert not world.controlled and "thread 'setter'" in world.schedule_note
+    assert world.values[0] == (True, True)
+
+
+def test_a_wait_with_no_time_to_wait_is_a_poll_inside_the_step_not_a_scheduling_point():
+    # Semaphore.acquire(timeout=0) under a lock, as ThreadPoolExecutor.submit
+    # does it: made a scheduling point, it kept the lock across the turn of
+    # another handler that wanted it, and every seed stalled.
+    for seed in (1, 2):
+        world = rpc_harness.spawn(thread_issuer.run_worker, args=(3, "poll"), nprocs=3, seed=seed,
+                                  schedule="controlled", deadline=60)
+        assert world.controlled, world.schedule_note
+        assert world.values == [None, (1, False), (2, False)]
+        assert not [s for s in world.schedule if s.point == "wait on a condition"]
