@@ -198,11 +198,11 @@ class Gate:
         """Something the schedule cannot order happened: control is given up."""
         self.send(msg.Unscheduled(why))
 
-    def end(self, *, responds_later: bool = False, failed: bool = False) -> None:
+    def end(self, *, responds_later: bool = False, failed: bool = False, after: str | None = None) -> None:
         task = getattr(_local, "task", None)
         _local.task = None
         if task is not None:
-            self.send(msg.End(task, responds_later, failed))
+            self.send(msg.End(task, responds_later, failed, after))
 
     def call_id(self) -> str:
         """The id of the next call the current task (or callback) issues:
@@ -317,6 +317,13 @@ def track_call(future: Any, call: str, what: str, python: bool) -> None:
         gate.send(msg.Completed(call, followers))
 
     _ORIGINAL["add_done_callback"](future, report)
+
+
+def call_of(future: Any) -> str | None:
+    """The call issued under control whose answer completes ``future`` (its
+    own future, or a ``then()`` of it), if there is one."""
+    track = _tracked.get(future)
+    return track.call if track is not None else None
 
 
 def track_type_fetch(future: Any, rref: Any) -> None:

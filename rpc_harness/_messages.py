@@ -159,11 +159,15 @@ class Block:
 @dataclass(frozen=True)
 class End:
     """The task ended (its served call answered later, once ``responds_later``'s
-    future completes; ``failed``: an entry that raised, which ends the world)."""
+    future completes; ``failed``: an entry that raised, which ends the world).
+    ``after``: the call issued under control whose answer (and callbacks)
+    complete that future, when it is one of those calls' or a ``then()`` of
+    one: torch's thread completes it, and the answer is due at once."""
 
     task: str
     responds_later: bool = False
     failed: bool = False
+    after: str | None = None
 
 
 @dataclass(frozen=True)

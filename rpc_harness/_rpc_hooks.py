@@ -409,7 +409,7 @@ class _Watch:
             # rpc_async's own future, or a then() of it, not only a
             # torch.futures.Future it made)
             later = isinstance(result, torch._C.Future) and not result.done()
-            gate.end(responds_later=later)
+            gate.end(responds_later=later, after=_gate.call_of(result) if later else None)
             if later:  # @async_execution: answered once its future completes
                 _gate._ORIGINAL["add_done_callback"](result, lambda _: gate.send(_msg.Due(call)))  # type: ignore[arg-type]
         span = spans[0] if spans else None

@@ -88,6 +88,7 @@ class Scheduler:
         self.heard: set[str] = set()  # calls whose completion came before the call itself was reported
         self.acks: dict[str, Task] = {}  # callers waiting, in their step, for an answer no task makes
         self.followers: dict[str, int] = {}  # calls whose program callbacks still run
+        self.relays: dict[str, list[str]] = {}  # call -> served calls answered once it settles (@async_execution)
         self.turns: dict[str, tuple[int, str]] = {}  # callbacks waiting for their turn: id -> (rank, call)
         self.resolved: set[tuple[int, int]] = set()  # (rank, serial) of the program's futures
         self.pending_rrefs: dict[str, str] = {}  # rref id -> the call creating it, until its handler ends
@@ -132,8 +133,8 @@ class Scheduler:
                 self._stop(task, point, READY)
             case msg.Block(task, point, on, timeout):
                 self._block(rank, task, point, on, timeout)
-            case msg.End(task, responds_later, failed):
-                self._end(task, responds_later)
+            case msg.End(task, responds_later, failed, after):
+                self._end(task, responds_later, after)
                 if failed:
                     self.halt()
             case msg.Issued(call, to, python, rref, by):
@@ -161,8 +162,7 @@ class Scheduler:
                     self.followers.pop(call, None)
                     self._settle(call)
             case msg.Due(call):
-                if call in self.calls and not self.calls[call].completed and self._alive_caller(self.calls[call]):
-                    self.answers.add(call)
+                self._due(call)
             case msg.Resolved(serial):
                 self.resolved.add((rank, serial))
                 self._wake(("future", rank, serial))
@@ -224,11 +224,21 @@ class Scheduler:
         elif timeout is not None:
             task.timer = self.time.timer(task.id, timeout)
 
-    def _end(self, task_id: str, responds_later: bool) -> None:
+    def _end(self, task_id: str, responds_later: bool, after: str | None = None) -> None:
         task = self._stop(task_id, "end", ENDED)
         call = self.calls.get(task_id)
         if call is None:
             return
+        if responds_later and after is not None:
+            # An @async_execution handler returned a call's future (or a
+            # then() of it): its answer leaves once that call is answered
+            # and its callbacks returned, from torch's thread, with nothing
+            # told in between. It is due from that moment, not from a Due
+            # that could come after the world looked quiet.
+            if after in self.calls and self.calls[after].settled:
+                self._due(call.id)
+            else:
+                self.relays.setdefault(after, []).append(call.id)
         if call.rref is not None and self.pending_rrefs.pop(call.rref, None) is not None:
             self._wake(("rref", call.rref))
         if not responds_later and not call.completed and self._alive_caller(call):
@@ -265,7 +275,15 @@ class Scheduler:
         call = self.calls.get(call_id)
         if call is not None:
             call.settled = True
+        for served in self.relays.pop(call_id, []):
+            self._due(served)
         self._wake(("call", call_id))
+
+    def _due(self, call_id: str) -> None:
+        """Served call ``call_id``'s answer is on its way to its caller."""
+        call = self.calls.get(call_id)
+        if call is not None and not call.completed and self._alive_caller(call):
+            self.answers.add(call_id)
 
     def _notified(self, task_id: str) -> None:
         task = self.tasks.get(task_id)

@@ -954,3 +954,33 @@ def test_a_lost_rank_takes_its_callbacks_turns_and_lets_the_next_callback_go():
     assert world.sent[-1] == (1, msg.Go("b/1+cb1")), "its rank lost, a/1's callback runs no more"
     s.rank_gone(1)
     assert s.turns == {} and s.followers == {}
+
+
+def test_an_async_execution_handler_that_returned_a_calls_future_is_answered_once_that_call_settles():
+    # b's handler of a/1 returned the future of its own call a/1/1 (with a
+    # callback on it): torch answers a/1 from the thread that completes
+    # a/1/1, right after its callbacks, and tells nobody. Its answer is due
+    # from then, before the world can look quiet again.
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving relay", "serve relay", call="a/1"))
+    world.say(1, msg.Issued("a/1/1", 0, python=False), msg.End("a/1", responds_later=True, after="a/1/1"))
+    assert s.answers == {"a/1/1"} and s.relays == {"a/1/1": ["a/1"]}
+    world.say(1, msg.Completed("a/1/1", followers=1))
+    assert s.answers == set(), "not due before its callbacks returned"
+    world.say(1, msg.Following("a/1/1+cb1", "a/1/1"))
+    world.say(1, msg.Followed("a/1/1"))
+    assert s.answers == {"a/1"} and not s.quiet(), "due at once: no choice before it is heard"
+    world.say(0, msg.Completed("a/1"))
+    assert s.answers == set() and s.relays == {}
+
+
+def test_a_relay_whose_call_settled_before_its_end_was_read_is_due_at_once():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=True), msg.Block("a", "wait f", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving relay", "serve relay", call="a/1"))
+    world.say(1, msg.Issued("a/1/1", 0, python=False), msg.Completed("a/1/1"))
+    world.say(1, msg.End("a/1", responds_later=True, after="a/1/1"))
+    assert s.answers == {"a/1"} and s.relays == {}

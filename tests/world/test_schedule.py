@@ -324,3 +324,18 @@ def test_a_wait_with_no_time_to_wait_is_a_poll_inside_the_step_not_a_scheduling_
         assert world.controlled, world.schedule_note
         assert world.values == [None, (1, False), (2, False)]
         assert not [s for s in world.schedule if s.point == "wait on a condition"]
+
+
+def test_nested_async_execution_relays_take_one_schedule_per_seed():
+    # Each relay's answer leaves from torch's thread once the call it
+    # returned settles, telling nobody. The world could look quiet just
+    # before, and the next step was chosen with or without it: an outside
+    # trial under load saw one seed take two schedules and two orders.
+    for seed in (1, 2):
+        worlds = [rpc_harness.spawn(async_relay.run_worker, args=(3, "nested"), nprocs=3, seed=seed,
+                                    schedule="controlled", deadline=60) for _ in range(3)]
+        for world in worlds:
+            assert world.controlled, world.schedule_note
+            assert world.values[0][0] == [3, 5, 7] and sorted(world.values[0][1]) == [1, 2, 3]
+        assert len({w.schedule_digest for w in worlds}) == 1
+        assert len({tuple(w.values[0][1]) for w in worlds}) == 1
