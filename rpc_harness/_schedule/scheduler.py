@@ -229,7 +229,7 @@ class Scheduler:
         call = self.calls.get(task_id)
         if call is None:
             return
-        if responds_later and after is not None:
+        if after is not None:  # (told only of a handler that responds later)
             # An @async_execution handler returned a call's future (or a
             # then() of it): its answer leaves once that call is answered
             # and its callbacks returned, from torch's thread, with nothing

@@ -945,6 +945,7 @@ def test_a_lost_rank_takes_its_callbacks_turns_and_lets_the_next_callback_go():
     world.say(0, msg.Following("a/1+cb1", "a/1"))
     world.say(1, msg.Following("b/1+cb1", "b/1"))
     assert world.sent[-1] == (0, msg.Go("a/1+cb1")) and s.turns == {"b/1+cb1": (1, "b/1")}
+    assert s.stalled().endswith("callbacks ['b/1+cb1'] wait for their turn")
     s.rank_gone(2)
     assert s.turns == {"b/1+cb1": (1, "b/1")}, "another rank's loss takes nothing"
     s.decide()
@@ -954,6 +955,18 @@ def test_a_lost_rank_takes_its_callbacks_turns_and_lets_the_next_callback_go():
     assert world.sent[-1] == (1, msg.Go("b/1+cb1")), "its rank lost, a/1's callback runs no more"
     s.rank_gone(1)
     assert s.turns == {} and s.followers == {}
+
+
+def test_a_lost_rank_takes_the_turns_of_its_callbacks_still_waiting():
+    world = steady()
+    s = world.scheduler
+    world.say(0, msg.Issued("a/1", 1, python=False), msg.Completed("a/1", followers=1))
+    world.say(0, msg.Following("a/1+cb1", "a/1"))
+    assert s.turns == {"a/1+cb1": (0, "a/1")}, "a still runs: its callback waits"
+    s.rank_gone(1)
+    assert s.turns == {"a/1+cb1": (0, "a/1")}
+    s.rank_gone(0)
+    assert s.turns == {}
 
 
 def test_an_async_execution_handler_that_returned_a_calls_future_is_answered_once_that_call_settles():
