@@ -473,11 +473,14 @@ def _follower(future: Any, callback: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _then(self: Any, callback: Callable[..., Any]) -> Any:
-    if current_task() is not None and self in _type_fetches and not self.done():
+    if current_task() is not None and self in _type_fetches:
         # An RRef proxy's rpc_async: torch fetches the RRef's type, then
         # issues the call in a callback on the fetch, which would run on
         # torch's thread, outside any task. Fetched now, in this task's
-        # step, the callback runs here and the call is the task's own.
+        # step, the callback runs here and the call is the task's own. A
+        # scheduling point whether the fetch is done or not: which it is
+        # is the clock's business (a fetch answered in time took a step
+        # fewer, and a seed two schedules).
         wait(self)
     derived = _ORIGINAL["then"](self, _follower(self, callback))
     if _gate is not None:

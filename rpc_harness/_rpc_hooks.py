@@ -174,16 +174,18 @@ def _rref_type(rref: Any) -> Any:
     # When a proxy's call is issued torch has fetched the type already: no
     # RPC here. The RRef caches one fetch, not necessarily the call's own
     # (see _type_fetches), so any fetch that is done answers.
+    # (Waits on done fetches, never scheduling points: whether one is done
+    # yet is the clock's business, and a name must not add a step.)
     found = rref._get_type(blocking=False)
     if isinstance(found, type):
         return found
     if found.done():
-        return found.wait()
+        return _gate.raw_wait(found)
     with _type_fetches_lock:
         fetches = list(_type_fetches.get(str(rref), ()))
     for fetch in fetches:
         if fetch.done() and _error_of(fetch) is None:
-            return fetch.wait()
+            return _gate.raw_wait(fetch)
     return None
 
 

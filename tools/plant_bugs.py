@@ -978,7 +978,7 @@ BUGS = (
         "    if (current_task() is None and current_follower() is None) or not any(", "    if True or not any(",
         ("tests/world/test_schedule.py::test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_schedule",)),
     Bug("an RRef proxy's rpc_async issues its call on torch's thread", "rpc_harness/_gate.py",
-        "    if current_task() is not None and self in _type_fetches and not self.done():",
+        "    if current_task() is not None and self in _type_fetches:",
         "    if False:",
         ("tests/world/test_schedule.py::test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_on_every_seed",)),
     Bug("a callback's call acks the task that happens to run", "rpc_harness/_schedule/scheduler.py",

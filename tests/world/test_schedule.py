@@ -198,6 +198,9 @@ def test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_o
         # fetch was not done yet (the first batch's handler ran free).
         forwards = [s for s in world.schedule if s.label.startswith("serving ServerHalf.forward") and s.point == "end"]
         assert len(forwards) == 3, f"seed {world.seed}: {[(s.task, s.label) for s in world.schedule]}"
+        if how == "rpc_async":  # each proxy call waits for the type fetch, done or not: one step each, always
+            fetches = [s for s in world.schedule if s.task == "client" and s.point == "wait rref type"]
+            assert len(fetches) == 3, [(s.task, s.point) for s in world.schedule]
     assert len({tuple(map(tuple, w.values[0])) for w in worlds}) == 1, "the program's answer never depends on it"
     assert run(worlds[0].seed).schedule_digest == worlds[0].schedule_digest
 
