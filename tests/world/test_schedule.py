@@ -30,6 +30,11 @@ def lost(seed: int, schedule: str = "controlled", clients: int = 2) -> rpc_harne
                          schedule=schedule, deadline=60, check=False)
 
 
+def controlled(entry, args: tuple, *, nprocs: int, seed: int) -> rpc_harness.WorldResult:
+    """A spawned program's world under a controlled schedule."""
+    return rpc_harness.spawn(entry, args=args, nprocs=nprocs, seed=seed, schedule="controlled", deadline=60)
+
+
 def verdict(world: rpc_harness.WorldResult) -> tuple:
     return world.ok, tuple((o.name, o.status) for o in world.failures)
 
@@ -187,8 +192,7 @@ def test_proxy_calls_on_an_rref_whose_constructor_makes_an_rpc_stay_controlled_o
     # which its owner answers only after the constructor's own RPC. That
     # wait held every other task back: control was lost at step 2, every seed.
     def run(seed):
-        return rpc_harness.spawn(split_learning.run_worker, args=(2, 3, how), nprocs=2, seed=seed,
-                                 schedule="controlled", deadline=60)
+        return controlled(split_learning.run_worker, (2, 3, how), nprocs=2, seed=seed)
 
     worlds = [run(seed) for seed in range(1, 5)]
     for world in worlds:
@@ -210,8 +214,7 @@ def test_rpcs_issued_from_torchs_callback_threads_land_in_the_same_step_for_the_
     # on torch's callback thread. Its step must not depend on when that
     # thread gets to run: one seed, one schedule, rerun after rerun.
     for seed in (1, 2):
-        worlds = [rpc_harness.spawn(pipeline_callbacks.run_worker, args=(3,), nprocs=3, seed=seed,
-                                    schedule="controlled", deadline=60) for _ in range(4)]
+        worlds = [controlled(pipeline_callbacks.run_worker, (3,), nprocs=3, seed=seed) for _ in range(4)]
         assert all(w.controlled for w in worlds), [w.schedule_note for w in worlds]
         assert len({w.schedule_digest for w in worlds}) == 1, f"seed {seed}: the schedules differ"
         assert len({tuple(w.values[0]["arrived"]) for w in worlds}) == 1
@@ -230,8 +233,7 @@ def test_the_handlers_of_rpcs_issued_from_callbacks_on_answers_are_tasks_of_the_
     # the clock's (a CI run saw one seed take two orders).
     named = set()
     for seed in (1, 2, 3):
-        world = rpc_harness.spawn(pipeline_callbacks.run_worker, args=(3, 3, shape), nprocs=3, seed=seed,
-                                  schedule="controlled", deadline=60)
+        world = controlled(pipeline_callbacks.run_worker, (3, 3, shape), nprocs=3, seed=seed)
         assert world.controlled, world.schedule_note
         handlers = [s.task for s in world.schedule if s.label.startswith("serving stage2") and s.point == "end"]
         assert len(handlers) == len(arrived), f"seed {seed}: {[(s.task, s.label) for s in world.schedule]}"
@@ -253,8 +255,7 @@ def test_what_the_schedule_cannot_order_gives_up_control_at_once_and_says_what_a
     # task: before, the first ran free while the world claimed control (an
     # RPC's handler, or the moment a queue.get woke), and the second stalled
     # until the stall watch gave up 3 s later.
-    world = rpc_harness.spawn(thread_issuer.run_worker, args=(2, how), nprocs=2, seed=1, schedule="controlled",
-                              deadline=60)
+    world = controlled(thread_issuer.run_worker, (2, how), nprocs=2, seed=1)
     assert world.ok and world.values[0] == (13 if how.startswith("callback") else 3)
     assert not world.controlled and world.control_lost_at is not None
     assert says in world.schedule_note and "no step ended" not in world.schedule_note, world.schedule_note
@@ -265,8 +266,7 @@ def test_starting_a_thread_is_part_of_the_starting_step_and_takes_one_schedule_p
     # scheduling point that wait was woken whenever the new thread got to
     # it, and an outside trial under load saw a seed take two schedules.
     for seed in (1, 2):
-        worlds = [rpc_harness.spawn(thread_issuer.run_worker, args=(3, "start"), nprocs=3, seed=seed,
-                                    schedule="controlled", deadline=60) for _ in range(2)]
+        worlds = [controlled(thread_issuer.run_worker, (3, "start"), nprocs=3, seed=seed) for _ in range(2)]
         for world in worlds:
             assert world.controlled, world.schedule_note
             assert world.values == [1, 2, 3]
@@ -281,8 +281,7 @@ def test_an_async_execution_function_that_returns_its_own_calls_future_stays_con
     # an answer given at once, waited for, and control was lost at the stall
     # watch on every seed.
     for seed in (1, 2):
-        world = rpc_harness.spawn(async_relay.run_worker, args=(3, how), nprocs=3, seed=seed,
-                                  schedule="controlled", deadline=60)
+        world = controlled(async_relay.run_worker, (3, how), nprocs=3, seed=seed)
         assert world.controlled, world.schedule_note
         assert world.values[0] == ([2, 4] if how == "direct" else [3, 5])
         leaf = [s for s in world.schedule if s.label.startswith("serving work") and s.point == "end"]
@@ -295,8 +294,7 @@ def test_callbacks_on_answers_given_in_one_step_run_one_at_a_time_in_the_order_o
     # to them: an outside trial saw one seed give three orders, on one
     # schedule. Now they run one at a time, by id (w/1+cb1, w/2+cb1, ...).
     for seed in (1, 2):
-        worlds = [rpc_harness.spawn(batch_updates.run_worker, args=(2, 4), nprocs=2, seed=seed,
-                                    schedule="controlled", deadline=60) for _ in range(3)]
+        worlds = [controlled(batch_updates.run_worker, (2, 4), nprocs=2, seed=seed) for _ in range(3)]
         for world in worlds:
             assert world.controlled, world.schedule_note
             assert world.values[0]["ran"] == [0, 1, 2, 3]
@@ -311,8 +309,7 @@ def test_a_wait_that_control_given_up_let_go_goes_on_waiting_for_what_it_waited_
     # on the second. Letting every task go used to end that wait as if
     # notified: Event.wait() returned True with the Event unset (and a
     # ThreadPoolExecutor's result() raised TimeoutError, in an outside trial).
-    world = rpc_harness.spawn(thread_issuer.run_worker, args=(2, "events"), nprocs=2, seed=1,
-                              schedule="controlled", deadline=60)
+    world = controlled(thread_issuer.run_worker, (2, "events"), nprocs=2, seed=1)
     assert not world.controlled and "thread 'setter'" in world.schedule_note
     assert world.values[0] == (True, True)
 
@@ -322,8 +319,7 @@ def test_a_wait_with_no_time_to_wait_is_a_poll_inside_the_step_not_a_scheduling_
     # does it: made a scheduling point, it kept the lock across the turn of
     # another handler that wanted it, and every seed stalled.
     for seed in (1, 2):
-        world = rpc_harness.spawn(thread_issuer.run_worker, args=(3, "poll"), nprocs=3, seed=seed,
-                                  schedule="controlled", deadline=60)
+        world = controlled(thread_issuer.run_worker, (3, "poll"), nprocs=3, seed=seed)
         assert world.controlled, world.schedule_note
         assert world.values == [None, (1, False), (2, False)]
         assert not [s for s in world.schedule if s.point == "wait on a condition"]
@@ -335,8 +331,7 @@ def test_nested_async_execution_relays_take_one_schedule_per_seed():
     # before, and the next step was chosen with or without it: an outside
     # trial under load saw one seed take two schedules and two orders.
     for seed in (1, 2):
-        worlds = [rpc_harness.spawn(async_relay.run_worker, args=(3, "nested"), nprocs=3, seed=seed,
-                                    schedule="controlled", deadline=60) for _ in range(3)]
+        worlds = [controlled(async_relay.run_worker, (3, "nested"), nprocs=3, seed=seed) for _ in range(3)]
         for world in worlds:
             assert world.controlled, world.schedule_note
             assert world.values[0][0] == [3, 5, 7] and sorted(world.values[0][1]) == [1, 2, 3]
