@@ -37,11 +37,15 @@ def test_a_sleep_that_control_given_up_let_go_sleeps_its_time_on_the_real_clock(
         _gate._sleep(0.3)
         slept.append(time.monotonic() - started)
 
-    thread = threading.Thread(target=patched_task)
+    def heard() -> object:
+        assert scheduler.poll(30), "the task told the scheduler nothing"
+        return scheduler.recv()
+
+    thread = threading.Thread(target=patched_task, daemon=True)
     thread.start()
-    assert isinstance(scheduler.recv(), msg.Begin)
+    assert isinstance(heard(), msg.Begin)
     scheduler.send(msg.Go("t"))
-    blocked = scheduler.recv()
+    blocked = heard()
     assert isinstance(blocked, msg.Block) and blocked.on == ("timer",)
     scheduler.send(msg.Release())
     thread.join(timeout=30)
