@@ -8,20 +8,41 @@ way: on the CPU every placement below is a no-op, so a CPU world computes
 exactly what it computed before devices existed (the suite checks the
 scenarios bit for bit there, with the device as a parameter).
 
-Tolerances. The baseline always runs on the CPU. A CUDA kernel sums in
-another order than the CPU's (cuBLAS and cuDNN tile their reductions), so a
-GPU run cannot equal it bit for bit even with TF32 off and deterministic
-algorithms on (both set by :func:`prepare`: TF32 would round matmul inputs
-to 10 mantissa bits, a relative error near 1e-3; determinism makes two GPU
-runs agree, not a GPU run and a CPU one). The float32 reordering error of
-one step is a few ulps of the largest partial sum (around 1e-6 relative);
-it compounds over optimizer steps, tens of steps here. Hence on CUDA each
-scenario's ``rtol``/``atol`` are raised to at least :data:`GPU_RTOL` and
-:data:`GPU_ATOL`, a hundred times the one-step error and still a thousand
-times below what a real bug moves (the planted ones move gradients by 1e-2
-and more). Measured on an H200 (2026-11-26, torch 2.11+cu130): every
-scenario and fault check of ``rpc-harness run all --device cuda`` came
-within 3.1e-6 (absolute) of its CPU baseline, 5.7e-7 to 3.1e-6 by world.
+Tolerances. The baseline always runs on the CPU, and a GPU run cannot equal
+it bit for bit, even with TF32 off and deterministic algorithms on (both
+set by :func:`prepare`: TF32 would round matmul inputs to 10 mantissa bits,
+a relative error near 1e-3; determinism makes two GPU runs agree, not a GPU
+run and a CPU one). Two things move a GPU's gradient:
+
+- Rounding. A CUDA kernel sums in another order (cuBLAS and cuDNN tile
+  their reductions): a few ulps of the largest partial sum, around 1e-6 of
+  a tensor's size per step.
+- Ties. ReLU and max-pool branch on their inputs. Where an input is within
+  rounding of the branch point (a ReLU input near 0, two values of a pool
+  window nearly equal), the GPU may take the other branch. Then one term of
+  a sum moves to another element or vanishes: that element moves by far more
+  than rounding (1% of its value and more), the tensor as a whole does not.
+
+Elementwise bounds cannot hold the second: a GPU run of the parameter
+server failed ``rtol=1e-4, atol=1e-5`` on an H100 (2026-11-27), one element
+of ``conv2.weight`` 1.3e-5 off (1.1% of it), and passed the next run. On
+the CPU the same happens under another rounding of the same sums, measured
+on the parameter server's baseline (its 48 steps, every tensor):
+
+- float64 against float32: in 20 of 70 seeds a step broke those bounds, by
+  up to 93 times; every tensor stayed within 6.0e-3 of its norm
+  (``||a - e|| / ||e||``), and within 5.7e-5 where no tie broke;
+- float32 with oneDNN off (torch's native kernels: another float32
+  summation order, as on a GPU): all of 150 seeds broke them; every tensor
+  stayed within 9.0e-3 of its norm.
+
+So on CUDA each tensor is compared as a whole (gradcheck's ``norm``):
+``||a - e|| <= GPU_RTOL * ||e|| + GPU_ATOL * sqrt(n)``, with ``GPU_RTOL``
+3e-2, over three times the largest of those. The smallest real bug measured,
+a gradient one parameter version stale, moves the most-moved tensor of a
+step by 0.06 to 0.68 of its norm at its least visible step (48 seeds), and
+it shows at every step, not at one. A CPU run keeps its config's
+elementwise tolerances (bit for bit in practice).
 """
 
 from __future__ import annotations
@@ -31,7 +52,8 @@ from typing import Any
 
 import torch
 
-GPU_RTOL = 1e-4
+# On CUDA, per tensor: ||a - e|| <= GPU_RTOL * ||e|| + GPU_ATOL * sqrt(n) (the module docstring says why).
+GPU_RTOL = 3e-2
 GPU_ATOL = 1e-5
 
 
@@ -77,10 +99,12 @@ def to_cpu(value: Any) -> Any:
     return value
 
 
-def tolerances(rtol: float, atol: float, device: str) -> tuple[float, float]:
-    """The tolerances a run on ``device`` is judged with against the CPU
-    baseline: the config's own on the CPU, at least ``GPU_RTOL``/``GPU_ATOL``
-    on CUDA (the module docstring says why)."""
+def tolerances(rtol: float, atol: float, device: str) -> dict[str, Any]:
+    """How a run on ``device`` is compared with the CPU baseline, as keyword
+    arguments of :func:`rpc_harness.gradcheck.compare`: the config's own
+    tolerances element by element on the CPU; on CUDA each tensor as a
+    whole, within at least ``GPU_RTOL`` of its norm and ``GPU_ATOL`` per
+    element (the module docstring says why)."""
     if str(device).startswith("cuda"):
-        return max(rtol, GPU_RTOL), max(atol, GPU_ATOL)
-    return rtol, atol
+        return {"rtol": max(rtol, GPU_RTOL), "atol": max(atol, GPU_ATOL), "norm": True}
+    return {"rtol": rtol, "atol": atol, "norm": False}

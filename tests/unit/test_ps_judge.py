@@ -312,7 +312,7 @@ def test_the_comparison_of_equal_runs_counts_every_gradient_and_has_its_details(
         "order": SERIAL,
         "dropped_steps": [],
         "reaped": [],
-        "tolerance": {"rtol": CONFIG.rtol, "atol": CONFIG.atol, "device": "cpu"},
+        "tolerance": {"rtol": CONFIG.rtol, "atol": CONFIG.atol, "norm": False, "device": "cpu"},
     }
 
 
@@ -376,17 +376,17 @@ def test_every_mismatch_names_the_scenario_step_rank_and_seed_and_the_configs_to
         Mismatch("ps", "final (after 4 steps)", PS, "w", 1.0, 1.0, **tolerance, what="parameter"),
     ]
     assert result.max_diff == 1.0
-    assert result.details["tolerance"] == {"rtol": 1e-3, "atol": 1e-4, "device": "cpu"}
+    assert result.details["tolerance"] == {"rtol": 1e-3, "atol": 1e-4, "norm": False, "device": "cpu"}
 
 
 def test_a_log_from_cuda_is_compared_with_the_gpu_tolerances_and_a_log_without_a_device_is_from_the_cpu():
-    # 5e-5 off: past the CPU tolerance at 1.0 (1.1e-5), within the GPU one (1.1e-4).
+    # 5e-5 off: past the CPU tolerance at 1.0 (1.1e-5), within the GPU one (1e-2 of the tensor's norm).
     close = [1.0, 1.0, 1.0, 1.0 + 5e-5]
     on_cuda = compare(
         actual(close, [0.5] * 4, device="cuda:0"), baseline([1.0] * 4, [0.5] * 4), CONFIG, seed=3
     )
     assert on_cuda.mismatches == []
-    assert on_cuda.details["tolerance"] == {"rtol": GPU_RTOL, "atol": GPU_ATOL, "device": "cuda:0"}
+    assert on_cuda.details["tolerance"] == {"rtol": GPU_RTOL, "atol": GPU_ATOL, "norm": True, "device": "cuda:0"}
     unnamed = actual(close, [0.5] * 4)
     del unnamed.log["device"]
     on_cpu = compare(unnamed, baseline([1.0] * 4, [0.5] * 4), CONFIG, seed=3)
@@ -394,6 +394,7 @@ def test_a_log_from_cuda_is_compared_with_the_gpu_tolerances_and_a_log_without_a
     assert on_cpu.details["tolerance"] == {
         "rtol": CONFIG.rtol,
         "atol": CONFIG.atol,
+        "norm": False,
         "device": "cpu",
     }
 

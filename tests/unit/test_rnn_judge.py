@@ -271,7 +271,7 @@ def test_the_comparison_counts_gradients_and_parameters_by_owner():
         "max_param_diff": 0.0,
         "params_checked": 1,
         "params_expected": 1,
-        "tolerance": {"rtol": rnn.Config().rtol, "atol": rnn.Config().atol, "device": "cpu"},
+        "tolerance": {"rtol": rnn.Config().rtol, "atol": rnn.Config().atol, "norm": False, "device": "cpu"},
         "tensors": ["ps0/w", "ps1/v"],
     }
 
@@ -318,7 +318,7 @@ def test_every_mismatch_names_the_scenario_step_owner_and_seed_and_the_configs_t
     param = "parameter after the optimizer step"
     tolerance = {"atol": 1e-4, "rtol": 1e-3, "seed": 5}
     assert compare(a, e, config, seed=5).mismatches == [
-        Mismatch("rnn", "all", "trainer", "steps", 1.0, 0.5, **tolerance, what="number of steps"),
+        Mismatch("rnn", "all", "trainer", "steps", 1.0, 0.5, 0.0, 0.0, 5, what="number of steps"),  # counts: exact
         Mismatch("rnn", 0, "ps1", "ps1/v", 0.5, 0.25, **tolerance),
         Mismatch("rnn", 0, "ps0", "ps0/w", 0.25, 0.5, **tolerance, what=param),
         Mismatch("rnn", 0, "trainer", "loss", 1.0, 0.5, **tolerance, what="loss"),
@@ -344,7 +344,7 @@ def test_the_owner_of_a_tensor_is_the_part_of_its_name_before_the_first_slash():
 
 
 def test_a_run_on_cuda_is_compared_with_the_gpu_tolerances_and_one_without_a_device_on_the_cpus():
-    # 5e-5 off: past the CPU tolerance at 1.0 (1.1e-5), within the GPU one (1.1e-4).
+    # 5e-5 off: past the CPU tolerance at 1.0 (1.1e-5), within the GPU one (1e-2 of the tensor's norm).
     a, e = run(step(0, 1.0, tensors(ps0__w=1.0 + 5e-5))), run(step(0, 1.0, tensors(ps0__w=1.0)))
     on_cpu = compare(a, e, rnn.Config(), seed=1)
     assert [m.param for m in on_cpu.mismatches] == ["ps0/w"]
@@ -352,10 +352,19 @@ def test_a_run_on_cuda_is_compared_with_the_gpu_tolerances_and_one_without_a_dev
     a["trainer"]["device"] = "cuda:0"
     on_cuda = compare(a, e, rnn.Config(), seed=1)
     assert on_cuda.mismatches == []
-    assert on_cuda.details["tolerance"] == {"rtol": GPU_RTOL, "atol": GPU_ATOL, "device": "cuda:0"}
+    assert on_cuda.details["tolerance"] == {"rtol": GPU_RTOL, "atol": GPU_ATOL, "norm": True, "device": "cuda:0"}
     nothing = compare({}, {}, rnn.Config(), seed=1)
     assert (nothing.checked, nothing.mismatches) == (0, [])
     assert nothing.details["tolerance"]["device"] == "cpu"
+
+
+def test_on_cuda_the_number_of_steps_is_still_compared_exactly():
+    # 101 steps against 100 is 1% off: within the GPU's bound for a tensor, but no GPU rounds a count.
+    e = run(*[step(0, 1.0, tensors(ps0__w=1.0)) for _ in range(100)])
+    a = run(*[step(0, 1.0, tensors(ps0__w=1.0)) for _ in range(101)])
+    a["trainer"]["device"] = "cuda:0"
+    mismatches = compare(a, e, rnn.Config(), seed=1).mismatches
+    assert [(m.param, m.what, m.rtol, m.atol) for m in mismatches] == [("steps", "number of steps", 0.0, 0.0)]
 
 
 def test_steps_of_several_trainers_are_labelled_with_the_trainer():

@@ -137,7 +137,7 @@ def compare(actual: Records, expected: BaselineRun, config: Config, seed: int) -
     result = Comparison()
     steps = actual.log["steps"]
     device = str(actual.log.get("device", "cpu"))
-    rtol, atol = tolerances(config.rtol, config.atol, device)
+    tolerance = tolerances(config.rtol, config.atol, device)
     # The baseline replays the run's own order, so both have as many steps;
     # a step only one side has is a mismatch of each of its tensors, not a crash.
     for index in range(max(len(steps), len(expected.steps))):
@@ -147,8 +147,7 @@ def compare(actual: Records, expected: BaselineRun, config: Config, seed: int) -
                                    else (base.trainer, base.batch, base.version))
         where = f"{index} ({trainer} batch {batch}, parameter version {version})"
         got, want = (step["grads"] if step is not None else {}), (base.grads if base is not None else {})
-        diff, bad = compare_tensors(got, want, scenario=NAME, step=where, rank=trainer, seed=seed, rtol=rtol,
-                                    atol=atol)
+        diff, bad = compare_tensors(got, want, scenario=NAME, step=where, rank=trainer, seed=seed, **tolerance)
         result.max_diff = max(result.max_diff, diff)
         result.checked += len(set(got) & set(want))
         result.expected += len(want)
@@ -156,15 +155,15 @@ def compare(actual: Records, expected: BaselineRun, config: Config, seed: int) -
         if step is not None and base is not None and step["loss"] is not None:
             _, bad = compare_tensors({"loss": torch.tensor(step["loss"])}, {"loss": torch.tensor(base.loss)},
                                      scenario=NAME, step=where, rank=step["trainer"], seed=seed,
-                                     rtol=rtol, atol=atol, what="loss")
+                                     what="loss", **tolerance)
             result.mismatches += bad
     diff, bad = compare_tensors(actual.log["final"], expected.final, scenario=NAME,
                                 step=f"final (after {len(steps)} steps)", rank=PS_NAME, seed=seed,
-                                rtol=rtol, atol=atol, what="parameter")
+                                what="parameter", **tolerance)
     result.max_diff = max(result.max_diff, diff)
     result.mismatches += bad
     result.details = {"order": actual.order, "dropped_steps": actual.log["dropped"], "reaped": actual.log["dead"],
-                      "tolerance": {"rtol": rtol, "atol": atol, "device": device}}
+                      "tolerance": {**tolerance, "device": device}}
     return result
 
 

@@ -51,13 +51,13 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
     """Every episode's gradients; episodes only one side has are mismatches
     too. The details say whether they were equal bit for bit."""
     result = Comparison()
-    rtol, atol = tolerances(config.rtol, config.atol, actual.device)
+    tolerance = tolerances(config.rtol, config.atol, actual.device)
     exact = True
     for index in range(max(len(actual.episodes), len(expected.episodes))):
         a = actual.episodes[index].grads if index < len(actual.episodes) else {}
         e = expected.episodes[index].grads if index < len(expected.episodes) else {}
         diff, found = compare_tensors(a, e, scenario=NAME, step=f"episode {index + 1}", rank=AGENT_NAME,
-                                      seed=seed, rtol=rtol, atol=atol)
+                                      seed=seed, **tolerance)
         result.max_diff = max(result.max_diff, diff)
         result.checked += len(set(a) & set(e))
         result.expected += len(e)
@@ -66,7 +66,7 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
     schedule = ", ".join(f"{n} from episode {e}" for n, e in sorted(actual.dropped.items()))
     result.details = {
         "bit_exact": exact,
-        "tolerance": {"rtol": rtol, "atol": atol, "device": actual.device},
+        "tolerance": {**tolerance, "device": actual.device},
         "grad_check": (
             f"every episode's gradients against a baseline that replays the drop schedule ({schedule}): "
             "the survivors' environments and RNG streams do not depend on the dead observer, "

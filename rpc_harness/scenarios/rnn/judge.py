@@ -90,11 +90,11 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
     has = {"grads": 0, "params": 0}  # in the baseline
     worst = {"grads": 0.0, "params": 0.0}
     device = next((str(got.get("device", "cpu")) for got in actual.values()), "cpu")
-    rtol, atol = tolerances(config.rtol, config.atol, device)
+    tolerance = tolerances(config.rtol, config.atol, device)
+    exact = {"rtol": 0.0, "atol": 0.0, "norm": False}  # for counts: no device rounds them
 
-    def check(a: dict, e: dict, *, step: Any, rank: str, what: str) -> float:
-        diff, found = compare_tensors(a, e, scenario=NAME, step=step, rank=rank, seed=seed,
-                                      rtol=rtol, atol=atol, what=what)
+    def check(a: dict, e: dict, *, step: Any, rank: str, what: str, within: dict = tolerance) -> float:
+        diff, found = compare_tensors(a, e, scenario=NAME, step=step, rank=rank, seed=seed, what=what, **within)
         result.mismatches += found
         return diff
 
@@ -102,7 +102,7 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
         steps, want = got["steps"], expected[trainer]["steps"]
         if len(steps) != len(want):
             check({"steps": torch.tensor(len(steps))}, {"steps": torch.tensor(len(want))},
-                  step="all", rank=trainer, what="number of steps")
+                  step="all", rank=trainer, what="number of steps", within=exact)
         for base in want:
             for kind in has:
                 has[kind] += len(base[kind])
@@ -121,13 +121,13 @@ def compare(actual: Records, expected: Records, config: Config, seed: int) -> Co
         result.mismatches.append(Mismatch(
             NAME, "all", ", ".join(sorted(actual)), f"{has['params'] - counts['params']} of the "
             f"{has['params']} parameter tensors the baseline has (never compared)", float("inf"),
-            float("inf"), atol, rtol, seed, WHAT["params"]))
+            float("inf"), tolerance["atol"], tolerance["rtol"], seed, WHAT["params"]))
     result.max_diff, result.checked, result.expected = worst["grads"], counts["grads"], has["grads"]
     result.details = {
         "max_param_diff": worst["params"],
         "params_checked": counts["params"],
         "params_expected": has["params"],
-        "tolerance": {"rtol": rtol, "atol": atol, "device": device},
+        "tolerance": {**tolerance, "device": device},
         "tensors": sorted({name for r in actual.values() for s in r["steps"] for name in s["grads"]}),
     }
     return result
