@@ -7,7 +7,8 @@
 #   4. if it failed: its failed tests again, alone (pytest --lf, one process)
 # and print what ran and what passed. Exit 0 only when every step passed and
 # tests/gpu skipped nothing. Refuses (exit 2) where CUDA is not available.
-# Run on an H200 on 2026-11-26 (what passed: docs/benchmarks.md). Failures are
+# Run on an H200 (2026-11-26) and an H100 (2026-11-27; about 8 minutes on its
+# 16 cores, the whole suite 339 s of them; what passed: docs/benchmarks.md). Failures are
 # written to OUT_DIR/failures.log as they happen (tests/failure_log.py): a
 # suite stopped at a time limit still says why its tests failed.
 #
