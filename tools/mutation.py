@@ -106,6 +106,17 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_schedule.py",
         "tests/unit/test_scheduler_model.py",
     ],
+    "rpc_harness/gradcheck.py": [
+        "tests/unit/test_gradcheck.py",
+        "tests/unit/test_gpu_tolerance.py",
+        "tests/unit/test_ps_judge.py",
+        "tests/unit/test_rl_judge.py",
+        "tests/unit/test_rnn_judge.py",
+    ],
+    "rpc_harness/scenarios/_device.py": [
+        "tests/unit/test_scenario_devices.py",
+        "tests/unit/test_gpu_tolerance.py",
+    ],
     "rpc_harness/scenarios/parameter_server/judge.py": [
         "tests/unit/test_ps_judge.py",
         "tests/unit/test_scenario_ps.py",

@@ -63,7 +63,7 @@ def here() -> torch.device:
     from rpc_harness import current_context
 
     ctx = current_context()
-    return torch.device(getattr(ctx, "device", "cpu") if ctx is not None else "cpu")
+    return torch.device(ctx.device if ctx is not None else "cpu")
 
 
 def prepare(device: torch.device | str) -> None:

@@ -58,6 +58,12 @@ def in_rank_on(monkeypatch, device: str) -> None:
     monkeypatch.setattr("rpc_harness.current_context", lambda: FakeContext(device))
 
 
+def test_here_is_the_cpu_outside_a_world_and_the_contexts_device_in_a_rank(monkeypatch):
+    assert _device.here() == torch.device("cpu"), "the test process is in no world"
+    in_rank_on(monkeypatch, "cuda:1")
+    assert _device.here() == torch.device("cuda:1")
+
+
 # -- tolerances ----------------------------------------------------------------------------
 
 
