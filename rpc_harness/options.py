@@ -163,9 +163,15 @@ _CUDA_INDEX = re.compile(r"cuda:(0|[1-9][0-9]{0,3})")
 def check_devices(value: Any, where: str) -> tuple[str, ...]:
     """The world's devices: ``cpu`` (the default, as ``()``), ``cuda`` (rank
     r gets ``cuda:(r mod device_count)``), or a list of ``cuda:N`` that the
-    ranks take round-robin. Text forms: ``cpu``, ``cuda``, ``cuda:0,cuda:1``."""
+    ranks take round-robin. Text forms: ``cpu``, ``cuda``, ``cuda:0,cuda:1``.
+    No devices at all (``()``, ``[]``, an empty text) is the CPU too: it is
+    what this check makes of ``cpu`` and what a token holds for it, and every
+    check reads back its own values (the ini file's ``cpu`` is checked at
+    start-up and again in each world)."""
+    if isinstance(value, Sequence) and len(value.strip() if isinstance(value, str) else value) == 0:
+        return ()
     items = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
-    if isinstance(items, str) or not isinstance(items, Sequence) or not items or not all(
+    if isinstance(items, str) or not isinstance(items, Sequence) or not all(
             isinstance(item, str) for item in items):
         raise WorldSpecError(f"{where}: invalid devices {clip(value)}; use cpu, cuda, or a list of cuda:N")
     if list(items) == ["cpu"]:

@@ -533,6 +533,11 @@ def run_scenario(
     options: dict[str, Any] = {"faults": plan, "fuzz": fuzz, "schedule": schedule}
     placed = check_devices(devices, f"{sc.name}: devices") if devices is not None else ()
     if placed:  # a CPU world's token and replay lines stay as they were
+        # Refused here, naming the scenario, where run_world would name itself.
+        from ._devices import require_world_devices
+        from .faults import uses_faulty_agent
+
+        require_world_devices(placed, where=f"{sc.name}: devices", faulty_agent=uses_faulty_agent(plan, fuzz))
         options["devices"] = placed
     repro = Repro(world_size=len(names), seed=seed, scenario=sc.name, names=names,
                   config=config_overrides(sc, cfg), options=options)

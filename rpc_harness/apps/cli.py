@@ -56,6 +56,7 @@ from .bench import SECTIONS
 
 INPUT_ERRORS = (MissingExtra, WorldSpecError, FaultPlanError, ReplayError, ScenarioError, UsageError, Unsupported)
 PROGRESS_MODES = ("auto", "live", "lines", "off")
+DEFAULT_BENCH_SVG = "rpc-harness-out/bringup.svg"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,9 +125,10 @@ def _parser() -> argparse.ArgumentParser:
                help=f"deadline of each world in seconds (default: {COMMAND_LINE_DEADLINE:g}, for whole "
                     f"training runs; a test's world has {DEFAULT_DEADLINE:g})")
     add_option(run, "fuzz", default=0.0)
-    add_option(run, "devices", help="where the scenarios' models train: cpu (the default) or cuda (each rank's "
+    add_option(run, "devices", help="where the scenarios' models train: cpu (the default), cuda (each rank's "
                                     "model on its GPU, cuda:(rank mod count), judged against the CPU baseline "
-                                    "with GPU tolerances); refused with exit 2 where CUDA is not available")
+                                    "with GPU tolerances), or a list cuda:0,cuda:1 that the ranks take in turn; "
+                                    "refused with exit 2 where CUDA is not available")
     add_option(run, "schedule", default="free",
                help="the order of each world's steps: free (the operating system's, the default), controlled "
                     "(random), pct or pct:D, or replay:... ; with --repeat N a controlled run explores N schedules, "
@@ -163,11 +165,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="measure this scenario (repeatable; default: every registered one)")
     bench.add_argument("--only", action="append", default=None, choices=SECTIONS,
                        help="measure only this section (repeatable; default: all)")
-    bench.add_argument("--svg", default="rpc-harness-out/bringup.svg",
-                       help="where to draw the bring-up growth curve (default: rpc-harness-out/bringup.svg)")
-    add_option(bench, "devices", help="cuda: measure only the GPU against the CPU on this machine (a 4-rank "
-                                      "world's bring-up, a 1 MB rpc_sync round trip along the device maps, each "
-                                      "scenario's steps per second); refused with exit 2 where CUDA is not available")
+    bench.add_argument("--svg", default=None,
+                       help=f"where to draw the bring-up growth curve (default: {DEFAULT_BENCH_SVG}; "
+                            "not with --device)")
+    add_option(bench, "devices", help="cuda (or cuda:N): measure only the GPU against the CPU on this machine "
+                                      "(a 4-rank world's bring-up, a 1 MB rpc_sync round trip along the device "
+                                      "maps, each scenario's steps per second), not with --only or --svg; cpu: "
+                                      "the whole bench, as without it; refused with exit 2 where CUDA is not "
+                                      "available")
     bench.set_defaults(func=cmd_bench)
 
     listing = sub.add_parser("list", help="the registered scenarios: sizes, budget, failpoints, config")
@@ -285,18 +290,19 @@ def check_run_input(args: argparse.Namespace) -> None:
                                 f"{', '.join(sorted(known)) or 'none: is rpc-harness installed (pip install -e .)?'}")
 
 
-def check_devices_here(devices: Sequence[str] | None, *, fuzz: float = 0.0, jobs: Sequence[Job] = ()) -> None:
-    """``--device cuda`` on a machine that cannot run it (no CUDA, an index
-    past its GPUs, or a plan that needs torch's faulty agent): refused, one
-    line, before any world starts. Asked through NVML: this process stays
-    fork-safe."""
+def check_devices_here(devices: Sequence[str] | None, *, fuzz: float = 0.0, jobs: Sequence[Job] = (),
+                       where: str = "--device") -> None:
+    """``--device cuda`` (or a token's devices, ``where`` says which) on a
+    machine that cannot run it (no CUDA, an index past its GPUs, or a plan
+    that needs torch's faulty agent): refused, one line, before any world
+    starts. Asked through NVML: this process stays fork-safe."""
     if not devices:
         return
     from rpc_harness._devices import require_world_devices
     from rpc_harness.faults import uses_faulty_agent
 
     faulty = any(uses_faulty_agent(job.repro.plan, fuzz) for job in jobs) or fuzz > 0
-    require_world_devices(devices, where="--device", faulty_agent=faulty)
+    require_world_devices(devices, where=where, faulty_agent=faulty)
 
 
 def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
@@ -530,7 +536,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             f"the token's worker names {list(repro.names)} are not what {sc.name} gives a world of "
             f"{repro.world_size} today ({list(expected)}): the scenario changed since the token was made"
         )
-    check_devices_here(repro.options.get("devices"), fuzz=repro.fuzz, jobs=[Job(sc, repro, "replay")])
+    check_devices_here(repro.options.get("devices"), fuzz=repro.fuzz, jobs=[Job(sc, repro, "replay")],
+                       where="repro token field 'dev'")
     print(f"rpc-harness replay: {repro.scenario}, world {repro.world_size}, seed {repro.seed}"
           + (f", faults {repro.faults}" if repro.faults else "") + (f", fuzz {repro.fuzz}" if repro.fuzz else ""))
     job = Job(sc, repro, "replay")
@@ -627,12 +634,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.repeat is not None and args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: use a whole number >= 1")
     check_devices_here(args.device)  # before any world, one line
+    if args.device:  # it measures only the device against the CPU: no sections, no bring-up curve
+        for given, option in ((args.only, "--only"), (args.svg, "--svg")):
+            if given:
+                raise UsageError(f"{option} with --device: bench --device measures only the device against "
+                                 f"the CPU (no sections, no bring-up curve); leave {option} out")
+    svg = None if args.device else (args.svg or DEFAULT_BENCH_SVG)
     scenarios = scenarios_named(args.scenario or ["all"])
-    for path, option in ((args.json, "--json"), (args.svg, "--svg")):
+    for path, option in ((args.json, "--json"), (svg, "--svg")):
         if path:
             check_writable_file(path, option)
     return run_bench(quick=args.quick, json_path=args.json, repeat=args.repeat, scenarios=scenarios,
-                     only=tuple(args.only or SECTIONS), svg_path=args.svg, devices=args.device or ())
+                     only=tuple(args.only or SECTIONS), svg_path=svg, devices=args.device or ())
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -66,6 +66,27 @@ def test_bench_device_cuda_is_refused_with_exit_2_in_one_line_before_any_world(m
     assert captured.out == ""
 
 
+def test_bench_device_with_only_or_svg_is_refused_and_device_cpu_is_the_whole_bench(monkeypatch, capsys, tmp_path):
+    import pytest
+
+    from rpc_harness.apps import cli
+
+    monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
+    monkeypatch.setattr(bench, "run_bench", lambda **k: pytest.fail("the bench started"))
+    for extra, option in ((["--only", "bring-up"], "--only"), (["--svg", str(tmp_path / "b.svg")], "--svg")):
+        assert cli.main(["bench", "--device", "cuda", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"{option} with --device: bench --device measures only the device" in err
+    started = []
+    monkeypatch.setattr(bench, "run_bench", lambda **k: started.append(k) or 0)
+    assert cli.main(["bench", "--device", "cpu", "--only", "bring-up", "--json", str(tmp_path / "b.json")]) == 0
+    assert started[0]["devices"] == () and started[0]["only"] == ("bring-up",)
+    assert started[0]["svg_path"] == cli.DEFAULT_BENCH_SVG, "the curve is drawn where it always was"
+    assert cli.main(["bench", "--device", "cuda", "--json", str(tmp_path / "c.json")]) == 0
+    assert started[1]["devices"] == ("cuda",) and started[1]["svg_path"] is None
+
+
 def test_pcts_bound_is_one_over_n_k_to_the_depth_less_one():
     assert bench.pct_bound(tasks=10, steps=24, depth=1) == 1 / 10
     assert bench.pct_bound(tasks=10, steps=24, depth=2) == 1 / 240

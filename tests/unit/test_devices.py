@@ -95,6 +95,7 @@ def test_the_devices_option_reads_its_text_forms_and_refuses_others():
 
     assert check_devices("cpu", "x") == () and check_devices("cuda", "x") == ("cuda",)
     assert check_devices("cuda:0, cuda:1", "x") == ("cuda:0", "cuda:1")
-    for bad in ("gpu", "cuda,cpu", "", "cuda:01", 5, []):
+    assert check_devices("", "x") == check_devices([], "x") == (), "no devices at all: the CPU"
+    for bad in ("gpu", "cuda,cpu", "cuda:01", 5, [""], "cuda,"):
         with pytest.raises(rpc_harness.WorldSpecError, match=r"^marker: invalid devices"):
             check_devices(bad, "marker")

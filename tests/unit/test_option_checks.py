@@ -136,13 +136,19 @@ def test_a_setup_function_of_a_scripts_main_is_checked_for_its_arguments(tmp_pat
     ("value", "shown"),
     [
         (["cuda:0", 3], "['cuda:0', 3]"),
-        ([], "[]"),
+        (0, "0"),
+        ({"cuda": 0}, "{'cuda': 0}"),
     ],
 )
 def test_devices_of_the_wrong_shape_are_refused_showing_the_value(value, shown):
     with pytest.raises(WorldSpecError) as raised:
         O.check_devices(value, "here")
     assert str(raised.value) == f"here: invalid devices {shown}; use cpu, cuda, or a list of cuda:N"
+
+
+@pytest.mark.parametrize("value", ["cpu", " cpu ", ["cpu"], (), [], "", "  "])
+def test_cpu_and_no_devices_at_all_are_the_default(value):
+    assert O.check_devices(value, "here") == ()
 
 
 def test_devices_that_are_not_cuda_indices_are_named_all_of_them():

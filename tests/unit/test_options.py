@@ -109,6 +109,20 @@ SAMPLES = {
 }
 
 
+def test_every_check_reads_back_what_it_made_and_its_plain_form():
+    # A value set on the command line or in the ini file is checked at
+    # start-up, and that checked value again by each world; a token holds
+    # its plain form. (--rpc-devices=cpu broke every world so: check_devices
+    # made () of "cpu" and refused () the second time.)
+    for name, option in O.DECLARED.items():
+        default = O.WorldOptions.__dataclass_fields__[name].default
+        values = [SAMPLES[name], *([default] if default is not None else []), *(["cpu"] if name == "devices" else [])]
+        for value in values:
+            checked = option.check(value, "here")
+            assert option.check(checked, "again") == checked, (name, value)
+            assert option.check(option.plain(checked), "token") == checked, (name, value)
+
+
 class _Launched(Exception):
     pass
 

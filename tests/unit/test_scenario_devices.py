@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rpc_harness.apps import cli
+from rpc_harness.errors import Unsupported
 from rpc_harness.gradcheck import close
 from rpc_harness.repro import Repro, decode
 from rpc_harness.scenarios import _device
@@ -314,7 +315,9 @@ def test_a_cuda_token_replays_on_the_gpu_and_is_refused_here_before_any_world(mo
                   options={"devices": ("cuda",)})
     assert decode(repro.token()).options["devices"] == ("cuda",)
     assert cli.main(["replay", repro.token()]) == 2
-    assert "asks for CUDA, but CUDA is not available here" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "repro token field 'dev': devices='cuda' asks for CUDA, but CUDA is not available here" in err
+    assert "--device" not in err, "no --device was given: the token asked"
 
 
 # torch's meta device stands in for a GPU here: parameters move to it as to
@@ -351,6 +354,12 @@ def test_run_scenario_gives_the_world_its_devices_and_puts_them_in_the_replay_li
         raise RuntimeError("stop before any process")
 
     monkeypatch.setattr("rpc_harness._launcher.run_world", fake_run_world)
+    monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: False)
+    with pytest.raises(Unsupported, match=r"^rl: devices: devices='cuda' asks for CUDA, but CUDA is not available"):
+        run_scenario("rl", seed=4, devices="cuda")
+    assert not seen, "refused before run_world, naming the scenario"
+    monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(RuntimeError, match="stop before any process"):
         run_scenario("rl", seed=4, devices="cuda")
     assert seen["devices"] == ("cuda",)

@@ -191,6 +191,23 @@ def test_bad_command_line_values_are_usage_errors(pytester, args, message):
     assert message in result.stderr.str() + result.stdout.str()
 
 
+@pytest.mark.parametrize("where", ["--rpc-devices=cpu", "ini"])
+def test_session_devices_cpu_is_the_default_and_worlds_run(pytester, where):
+    # The value is checked at start-up and the checked value again in each
+    # world: "cpu" became () the first time, and () was refused the second.
+    pytester.makepyfile(ENTRIES + """
+def on_device(ctx):
+    return str(ctx.device)
+
+def test_ok(rpc_world):
+    assert rpc_world.run(on_device, world_size=2).values == ["cpu", "cpu"]
+""")
+    if where == "ini":
+        pytester.makeini("[pytest]\nrpc_devices = cpu\n")
+    result = run(pytester, *([where] if where != "ini" else []))
+    result.assert_outcomes(passed=1)
+
+
 @pytest.mark.skipif(rpc_harness.cuda_available(), reason="the refusal is for machines without CUDA")
 def test_session_devices_this_machine_lacks_are_one_usage_error(pytester):
     pytester.makepyfile(ENTRIES + "\ndef test_ok(rpc_world):\n    rpc_world.run(ok, world_size=2)\n")
