@@ -191,10 +191,20 @@ def test_bad_command_line_values_are_usage_errors(pytester, args, message):
     assert message in result.stderr.str() + result.stdout.str()
 
 
-@pytest.mark.parametrize("where", ["--rpc-devices=cpu", "ini"])
-def test_session_devices_cpu_is_the_default_and_worlds_run(pytester, where):
-    # The value is checked at start-up and the checked value again in each
-    # world: "cpu" became () the first time, and () was refused the second.
+@pytest.mark.parametrize("where", ["command line", "ini"])
+def test_every_session_options_default_given_explicitly_runs_worlds_as_without_it(pytester, where):
+    # A value given there is checked at start-up and the checked value again
+    # in each world: --rpc-devices=cpu broke every world so ("cpu" became (),
+    # and () was refused the second time).
+    from rpc_harness.options import WorldOptions
+    from rpc_harness.pytest_plugin import SESSION_OPTIONS
+
+    texts = {}
+    for name, option in SESSION_OPTIONS.items():
+        default = WorldOptions.__dataclass_fields__[name].default
+        if default is not None:
+            texts[option.flag] = "cpu" if name == "devices" else str(option.plain(default))
+    assert {"--rpc-deadline", "--rpc-fuzz", "--rpc-rendezvous", "--rpc-schedule", "--rpc-devices"} <= set(texts)
     pytester.makepyfile(ENTRIES + """
 def on_device(ctx):
     return str(ctx.device)
@@ -203,8 +213,11 @@ def test_ok(rpc_world):
     assert rpc_world.run(on_device, world_size=2).values == ["cpu", "cpu"]
 """)
     if where == "ini":
-        pytester.makeini("[pytest]\nrpc_devices = cpu\n")
-    result = run(pytester, *([where] if where != "ini" else []))
+        pytester.makeini("[pytest]\n" + "".join(f"{flag[2:].replace('-', '_')} = {text}\n"
+                                                 for flag, text in texts.items()))
+        result = run(pytester)
+    else:
+        result = run(pytester, *(f"{flag}={text}" for flag, text in texts.items()))
     result.assert_outcomes(passed=1)
 
 
