@@ -79,9 +79,7 @@ class EntryRef:
     def load(self, *, where: str = "entry") -> Callable[..., Any]:
         """Import and return the function (in the parent to check, in ranks to run)."""
         if self.main_file is not None:
-            import runpy
-
-            namespace = runpy.run_path(self.main_file, run_name="__mp_main__")
+            namespace = _run_script(self.main_file)
             obj: Any = namespace.get(self.qualname.split(".")[0])
             rest = self.qualname.split(".")[1:]
         else:
@@ -96,6 +94,22 @@ class EntryRef:
         if obj is None or not callable(obj):
             raise WorldSpecError(f"{where}: {self} does not name a function")
         return obj
+
+
+def _run_script(path: str) -> dict[str, Any]:
+    """Run a script as ``__mp_main__`` and register it under that name, as
+    multiprocessing's spawn does for its children: the script's functions
+    say they live in ``__mp_main__``, and pickling one by reference (an
+    ``rpc_sync`` to one of them) looks it up in ``sys.modules`` there, in
+    the caller and in the callee alike."""
+    import runpy
+    import types
+
+    namespace = runpy.run_path(path, run_name="__mp_main__")
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(namespace)
+    sys.modules["__mp_main__"] = module
+    return namespace
 
 
 def check_signature(

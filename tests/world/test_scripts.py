@@ -30,6 +30,38 @@ def test_a_script_that_starts_a_world_without_a_main_guard_is_told_to_add_one(tm
 
 
 
+CALLS_ITSELF = """
+import torch.distributed.rpc as rpc
+import rpc_harness
+
+def add(a, b):
+    return a + b
+
+def run_worker(rank, n):  # the tutorials' shape: rpc_sync to a function of the script itself
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=n)
+    total = rpc.rpc_sync("worker1", add, args=(rank, 40)) if rank == 0 else None
+    rpc.shutdown()
+    return total
+
+def entry(ctx):
+    return rpc.rpc_sync(ctx.names[(ctx.rank + 1) % ctx.world_size], add, args=(ctx.rank, 1))
+
+if __name__ == "__main__":
+    print("SPAWN", rpc_harness.spawn(run_worker, args=(2,), nprocs=2).values)
+    print("RUN", rpc_harness.run_world(entry, world_size=2).values)
+"""
+
+
+def test_a_script_run_as_python_script_py_can_rpc_its_own_functions(tmp_path):
+    # Its functions live in __mp_main__ in the ranks (as under multiprocessing's
+    # spawn); pickling one for an rpc_sync found no such module there.
+    script = tmp_path / "script.py"
+    script.write_text(CALLS_ITSELF)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "SPAWN [40, None]" in done.stdout and "RUN [1, 2]" in done.stdout, done.stdout
+
+
 FAILS = """
 import rpc_harness
 
