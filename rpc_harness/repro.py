@@ -28,11 +28,13 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import contextlib
 import json
 import re
 import shlex
+import sys
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -314,14 +316,6 @@ def _from_fields(data: Any) -> Repro:
     n = _whole(data, "n", 1, MAX_WORLD_SIZE)
     if "seed" not in data:
         raise ReplayError("repro token field 'seed' is missing")
-    options = {}
-    for key, name in _OPTION_BY_FIELD.items():
-        if key in data:
-            try:
-                options[name] = DECLARED[name].check(data[key], f"repro token field {key!r}")
-            except (WorldSpecError, FaultPlanError) as error:
-                raise ReplayError(str(error)) from None
-    seed = options.pop("seed")
     scenario = _text(data, "s", _SCENARIO_RE, "a scenario name")
     entry = _text(data, "e", _ENTRY_RE, "'package.module:function' or '/path/script.py:function'")
     if (scenario is None) == (entry is None):
@@ -352,9 +346,34 @@ def _from_fields(data: Any) -> Repro:
         and isinstance(pair[1], str) for pair in modules
     ):
         raise ReplayError("repro token field 'm' must list [module, folder] pairs")
+    options = {}
+    # A setup function's check imports its module, which lives where the
+    # run that printed the token found it: beside its test.
+    with _importable_from([path, *(folder for _, folder in modules)]):
+        for key, name in _OPTION_BY_FIELD.items():
+            if key in data:
+                try:
+                    options[name] = DECLARED[name].check(data[key], f"repro token field {key!r}")
+                except (WorldSpecError, FaultPlanError) as error:
+                    raise ReplayError(str(error)) from None
+    seed = options.pop("seed")
     return Repro(world_size=n, seed=seed, scenario=scenario, entry=entry, names=tuple(names), config=config,
                  path=path, spawned=kind == "spawn", args=tuple(args), kwargs=kwargs,
                  modules=tuple((m, folder) for m, folder in modules), options=options)
+
+
+@contextlib.contextmanager
+def _importable_from(folders: Sequence[str]) -> Iterator[None]:
+    """``folders`` at the front of ``sys.path`` for the block, then taken
+    away again (those that were there already stay)."""
+    added = [folder for folder in dict.fromkeys(folders) if folder and folder not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for folder in added:
+            if folder in sys.path:
+                sys.path.remove(folder)
 
 
 def _whole(data: Mapping[str, Any], key: str, low: int, high: int) -> int:

@@ -523,6 +523,36 @@ def test_fails(rpc_world):
     assert f"NOTE controlled (pct:2) DIGEST {digest}" in again.stdout.str(), "the same schedule again"
 
 
+def test_a_token_with_a_setup_function_beside_the_test_replays_from_another_folder(pytester, tmp_path):
+    # The token's setup check imported its module before the token's folder
+    # was on sys.path: "cannot import module 'helpers'" (outside-user trial).
+    pytester.makepyfile(helpers="""
+import os
+
+def prepare():
+    os.environ["PREPARED"] = "yes"
+
+def boom(ctx):
+    if ctx.rank == 1:
+        raise RuntimeError("boom, prepared=" + os.environ.get("PREPARED", "no"))
+""")
+    pytester.makepyfile(test_uses_helpers="""
+from helpers import boom
+
+def test_fails(rpc_world):
+    rpc_world.run(boom, world_size=2, setup="helpers:prepare")
+""")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    token = re.search(r"rpc-harness replay (rpch1_[A-Za-z0-9_\-]+)", result.stdout.str())[1]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "rpc_harness", "replay", token, "--deadline", "60"],
+                          cwd=elsewhere, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 1, done.stderr  # 1: the failure reproduced
+    assert "boom, prepared=yes" in done.stdout and "replay: the failure reproduced" in done.stdout, done.stdout
+
+
 def test_a_hypothesis_tests_replay_section_says_where_its_failing_example_comes_back_from(pytester):
     # The session seed replays the worlds; Hypothesis draws its examples
     # afresh unless its database holds the failure (outside-user trial: the
