@@ -154,8 +154,17 @@ def _command_line_flags(config: pytest.Config) -> list[tuple[str, str | None]]:
     """The world options given on this session's command line, as typed:
     a replay line without them would run other worlds (a free schedule for
     a controlled one, no fuzz)."""
-    given = ((option.flag, config.getoption(_dest(option.flag))) for option in SESSION_OPTIONS.values() if option.flag)
-    flags: list[tuple[str, str | None]] = [(flag, str(value)) for flag, value in given if value is not None]
+    # ``-o rpc_fuzz=0.01`` sets an ini key from the command line: the line
+    # carries it as its flag, as it would carry --rpc-fuzz=0.01.
+    overrides = dict(item.split("=", 1) for item in config.getoption("override_ini", None) or () if "=" in item)
+    flags: list[tuple[str, str | None]] = []
+    for option in SESSION_OPTIONS.values():
+        flag = option.flag or ""
+        value = config.getoption(_dest(flag))
+        if value is None:
+            value = overrides.get(_dest(flag))
+        if value is not None:
+            flags.append((flag, str(value)))
     if config.getoption(_dest(STRICT_OPTION)):  # a lost control failed the test: so must its replay
         flags.append((STRICT_OPTION, None))
     return flags

@@ -553,6 +553,23 @@ def test_fails(rpc_world):
     assert "boom, prepared=yes" in done.stdout and "replay: the failure reproduced" in done.stdout, done.stdout
 
 
+def test_the_pytest_replay_line_keeps_world_options_set_with_dash_o(pytester):
+    # -o rpc_fuzz=0.01 sets the ini key from the command line: a line without
+    # it replays a world without fuzz (outside-user trial).
+    pytester.makepyfile(ENTRIES + """
+def test_fails(rpc_world):
+    result = rpc_world.run(ok, world_size=2, check=False)
+    print("FUZZ", result.fuzz)
+    assert False, "fail on purpose"
+""")
+    result = run(pytester, "-s", "--rpc-seed=3", "-o", "rpc_fuzz=0.01", "-o", "rpc_call_timeout=5")
+    result.assert_outcomes(failed=1)
+    line = re.search(r"^-+ rpc-harness replay -+\n(pytest .*)$", result.stdout.str(), re.M)[1]
+    assert line.endswith("test_fails --rpc-seed=3 --rpc-call-timeout=5 --rpc-fuzz=0.01"), line
+    again = run(pytester, "-s", *shlex.split(line)[2:])
+    assert "FUZZ 0.01" in again.stdout.str(), "the same fuzz again"
+
+
 def test_a_hypothesis_tests_replay_section_says_where_its_failing_example_comes_back_from(pytester):
     # The session seed replays the worlds; Hypothesis draws its examples
     # afresh unless its database holds the failure (outside-user trial: the
