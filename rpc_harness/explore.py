@@ -231,5 +231,5 @@ def explore(
                          spawned=spawn, where="explore()", **dict(options, seed=best.seed,
                                                                     schedule=found.replay_schedule))
         token = world_token(spec)
-        found.replay = ([token.command()] if token else []) + [python_call(spec)]
+        found.replay = ([token.command(deadline=spec.options.deadline)] if token else []) + [python_call(spec)]
     return found

@@ -458,7 +458,7 @@ class RpcWorld:
             ways = [self.repro]
             token = world_token(spec, path=_import_folder(spec.entry.module), modules=modules)
             if token is not None:
-                ways.append(token.command())
+                ways.append(token.command(deadline=spec.options.deadline))
             ways.append(python_call(spec, modules=modules))
             return "\n    or: ".join(ways)
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import FaultPlanError, ReplayError, WorldSpecError, clip
 from .faults import FaultPlan
-from .options import DECLARED, MAX_WORLD_SIZE, WorldOptions
+from .options import COMMAND_LINE_DEADLINE, DECLARED, MAX_WORLD_SIZE, WorldOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from .spec import WorldSpec
@@ -144,9 +144,14 @@ class Repro:
         body = base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
         return f"{PREFIX}{VERSION}_{body}"
 
-    def command(self) -> str:
-        """The command line that replays it."""
-        return f"rpc-harness replay {self.token()}"
+    def command(self, deadline: float | None = None) -> str:
+        """The command line that replays it; with the ``deadline`` the world
+        had, where that is not the replay's default (a token does not carry
+        it, and a hang would otherwise wait the default out)."""
+        line = f"rpc-harness replay {self.token()}"
+        if deadline is not None and deadline != COMMAND_LINE_DEADLINE:
+            line += f" --deadline {deadline:g}"
+        return line
 
 
 # -- the other forms ------------------------------------------------------------------------

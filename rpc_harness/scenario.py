@@ -544,15 +544,15 @@ def run_scenario(
     python = scenario_call(repro)
     world = run_world(
         sc.entry, names=names, seed=seed, deadline=deadline, faults=plan, failpoints=sc.failpoints,
-        args=(cfg,), fuzz=fuzz, schedule=schedule, repro=f"{repro.command()}\n    or: {python}", check=False,
+        args=(cfg,), fuzz=fuzz, schedule=schedule, repro=f"{repro.command(deadline)}\n    or: {python}", check=False,
         on_progress=on_progress, devices=placed or None,
     )
     report = judge(sc, world, cfg)
     if world.schedule:  # a controlled world: its replay lines take its steps exactly
         repro = dataclasses.replace(repro, options=dict(repro.options, schedule=replay_schedule(world.schedule)))
         python = scenario_call(repro)
-        world.repro = f"{repro.command()}\n    or: {python}"
-    report.replay, report.python_replay = repro.command(), python
+        world.repro = f"{repro.command(deadline)}\n    or: {python}"
+    report.replay, report.python_replay = repro.command(deadline), python
     report.duration = time.monotonic() - started
     return report
 

@@ -146,7 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("token", help="the token printed after 'rpc-harness replay'")
     add_option(replay, "deadline", default=COMMAND_LINE_DEADLINE,
                help=f"deadline of the world in seconds (default: {COMMAND_LINE_DEADLINE:g}, as for run: a "
-                    "token may hold a whole training run; the token does not carry the deadline it failed under)")
+                    "token may hold a whole training run; the token does not carry the deadline it failed under, its "
+                    "printed line does)")
     replay.add_argument("--out", default=None, help="folder for the trace, timeline and curves")
     replay.add_argument("--progress", choices=PROGRESS_MODES, default="auto", help="progress bar style, as for run")
     replay.set_defaults(func=cmd_replay)

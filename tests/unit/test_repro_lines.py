@@ -12,6 +12,7 @@ import pytest
 from rpc_harness import repro as R
 from rpc_harness.errors import ReplayError
 from rpc_harness.faults import FaultPlan
+from rpc_harness.options import COMMAND_LINE_DEADLINE
 from rpc_harness.spec import make_spec
 
 ENTRY = f"{__name__}:anything"
@@ -262,6 +263,13 @@ def test_a_token_has_one_exact_form_and_reads_back(repro, token):
     assert repro.token() == token
     assert repro.command() == f"rpc-harness replay {token}"
     assert R.decode(token) == repro
+
+
+def test_the_replay_command_carries_a_deadline_other_than_the_replays_default():
+    repro = R.Repro(world_size=2, seed=3, entry="m:f")
+    line = f"rpc-harness replay {repro.token()}"
+    assert repro.command() == repro.command(None) == repro.command(COMMAND_LINE_DEADLINE) == line
+    assert repro.command(2) == f"{line} --deadline 2" and repro.command(60.5) == f"{line} --deadline 60.5"
 
 
 def craft(data):

@@ -110,6 +110,9 @@ def test_after(rpc_world):
     assert "rank 0 (worker0) stacks at the deadline" in out
     assert "rank 1 (worker1) stacks at the deadline" in out
     assert 'rpc_harness.failpoint("demo.step")' in out
+    # The token does not carry the deadline: its line does, or a replay of
+    # the hang waits out the replay's 300 s (outside-user trial).
+    assert re.search(r"or: rpc-harness replay rpch1_\S+ --deadline 2$", out, re.M), out
 
 
 def test_skip_inside_a_rank_skips_the_test(pytester):

@@ -90,7 +90,8 @@ def test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere(t
     done = subprocess.run([sys.executable, str(script)], cwd=script.parent, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 1 and "raised RuntimeError: boom 3" in done.stderr, done.stderr
-    token = re.search(r"^Replay: rpc-harness replay (rpch1_\S+)$", done.stdout, re.MULTILINE)
+    # The world's deadline comes along (60 s, not the replay's 300): a token does not carry it.
+    token = re.search(r"^Replay: rpc-harness replay (rpch1_\S+) --deadline 60$", done.stdout, re.MULTILINE)
     line = re.search(r"^Replay: (rpc_harness\.run_world\(.*\))$", done.stderr, re.MULTILINE)
     assert token and line, (done.stdout, done.stderr)
 
@@ -99,8 +100,8 @@ def test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere(t
     assert python.returncode == 1
     assert "rank 1 (worker1): raised RuntimeError: boom 3" in python.stderr, python.stderr
 
-    replay = subprocess.run([sys.executable, "-m", "rpc_harness", "replay", token.group(1)], cwd=elsewhere,
-                            capture_output=True, text=True, timeout=300)
+    replay = subprocess.run([sys.executable, "-m", "rpc_harness", "replay", token.group(1), "--deadline", "60"],
+                            cwd=elsewhere, capture_output=True, text=True, timeout=300)
     assert replay.returncode == 1, replay.stdout + replay.stderr
     assert "rank 1 (worker1): raised RuntimeError: boom 3" in replay.stdout
     assert "replay: the failure reproduced" in replay.stdout
