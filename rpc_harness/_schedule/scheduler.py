@@ -248,8 +248,9 @@ class Scheduler:
 
     def _issued(self, rank: int, call_id: str, to: int, python: bool, rref: str | None, by: str | None) -> None:
         # A callback of the program's on an answer runs between steps (the
-        # world is not quiet until it returns) and waits for no Go: whatever
-        # task is running is not its caller.
+        # world is not quiet until it returns), and a call it issues waits
+        # for no Go (its turn came before it ran): whatever task is running
+        # is not its caller.
         running = self.running if by is None else None
         call = self.calls[call_id] = Call(call_id, rank, to, rref)  # (its caller's rank told it)
         if python and to not in self.gone and to not in self.frozen:

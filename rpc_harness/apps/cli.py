@@ -256,7 +256,7 @@ def explore_jobs(jobs: Sequence[Job], args: argparse.Namespace) -> int:
         best = found.shrunk or found.found
         replay = dataclasses.replace(first.repro, seed=best.seed,
                                      options=dict(first.repro.options, schedule=found.replay_schedule))
-        found.replay = [replay.command(), scenario_call(replay)]
+        found.replay = [replay.command(args.deadline), scenario_call(replay)]
         print("\n".join(found.summary()[1:]))
     return 1 if failed else 0
 
@@ -564,7 +564,8 @@ def _replay_entry(repro: Repro, deadline: float) -> int:
             sys.path.insert(0, folder)
     import_first(repro.modules)
     preload(*(module for module, _ in repro.modules))  # the ranks get them as the original ranks did
-    common = dict(repro.world_options(), deadline=deadline, kwargs=repro.kwargs, repro=repro.command(), check=False)
+    common = dict(repro.world_options(), deadline=deadline, kwargs=repro.kwargs, repro=repro.command(deadline),
+                  check=False)
     if repro.spawned:
         result = spawn(repro.entry or "", args=repro.args, nprocs=repro.world_size, names=repro.names or None,
                        **common)

@@ -219,3 +219,26 @@ def test_a_long_out_path_is_cut_in_its_error(tmp_path, capsys):
     assert main(["run", "ps", "--out", str(tmp_path / ("x" * 100_000))]) == 2
     err = capsys.readouterr().err
     assert len(err) < 400 and "100,0" in err, err[:400]
+
+
+@pytest.mark.parametrize(("deadline", "tail"), [(["--deadline", "10"], " --deadline 10"), ([], "")])
+def test_an_explored_failures_token_line_carries_the_runs_deadline(monkeypatch, capsys, deadline, tail):
+    # The token does not carry the deadline: a run's other than the replay's
+    # 300 s goes into its line, or a replayed hang waits the 300 s out.
+    import importlib
+
+    explore = importlib.import_module("rpc_harness.explore")  # the module: rpc_harness.explore is also a function
+
+    def failing_at_once(run, *, seed, schedules, strategy):
+        attempt = explore.Attempt(seed, strategy, None, True)
+        return explore.Exploration(strategy, attempts=[attempt], found=attempt)
+
+    monkeypatch.setattr(explore, "explore_runs", failing_at_once)
+    # (a real failure's replay schedule is its recorded steps; no world ran here)
+    monkeypatch.setattr(explore.Exploration, "replay_schedule", property(lambda self: "controlled"))
+    code = main(["run", "rnn", "--schedule", "controlled", "--repeat", "2", "--no-fault-checks", "--progress", "off",
+                 *deadline])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    line = next(line for line in out.splitlines() if "rpc-harness replay rpch1_" in line)
+    assert line.endswith(tail) and (tail or "--deadline" not in line), line

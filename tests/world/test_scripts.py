@@ -105,4 +105,5 @@ def test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere(t
     assert replay.returncode == 1, replay.stdout + replay.stderr
     assert "rank 1 (worker1): raised RuntimeError: boom 3" in replay.stdout
     assert "replay: the failure reproduced" in replay.stdout
+    assert re.search(r"rpc-harness replay rpch1_\S+ --deadline 60$", replay.stdout, re.M), "the replay's own line too"
     assert f"{script}:boom" in line.group(1), "named by the script's path"
