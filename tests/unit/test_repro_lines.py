@@ -421,3 +421,15 @@ def test_a_value_without_a_literal_form_is_named_by_its_module_and_where_it_sits
         "(no Python line can replay this world: config['lr'] is a builtins.float, which has no literal form; "
         "call rpc_harness.run_scenario('ps', ...) again with the same arguments and world_size=3, seed=4)"
     )
+
+
+def test_a_token_holds_worlds_up_to_the_largest_and_not_past_it():
+    from rpc_harness.options import MAX_WORLD_SIZE
+
+    assert R.decode(craft(dict(VALID, n=MAX_WORLD_SIZE))).world_size == MAX_WORLD_SIZE
+    with pytest.raises(ReplayError, match=f"field 'n' must be a whole number in 1..{MAX_WORLD_SIZE}"):
+        R.decode(craft(dict(VALID, n=MAX_WORLD_SIZE + 1)))
+
+
+def test_the_pytest_line_of_several_tests_names_each_once_in_order():
+    assert R.pytest_line(["t.py::a", "t.py::b c"], 4) == "pytest t.py::a 't.py::b c' --rpc-seed=4"
