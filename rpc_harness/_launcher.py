@@ -26,17 +26,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from multiprocessing import forkserver, popen_forkserver, util
 from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _cuda_fork, _limits, _netns, _stores, _torch_check, _workdirs
 from ._supervisor import Supervisor
 from .errors import WorldFailed, WorldSpecError, WorldTimeout, clip
-from .faults import FaultPlan, uses_faulty_agent
-from .options import arguments
+from .faults import uses_faulty_agent
+from .options import WorldArgs, takes_world_options
 from .progress import Progress
 from .repro import python_call, replaying
 from .result import WorldResult
 from .spec import WorldSpec, make_spec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 # Imported once in the forkserver instead of once per rank: the rank's own
 # code first (it wraps torch's RPC API before anything binds it),
@@ -184,30 +187,18 @@ class _RankProcess(ForkServerProcess):
         return _RankPopen(process_obj)
 
 
+@takes_world_options
 def run_world(
     entry: Callable[..., Any] | str,
     world_size: int | None = None,
     *,
     names: Sequence[str] | str | None = None,
-    seed: int | None = None,
-    deadline: float | None = None,
-    bringup: float | None = None,
-    rpc_timeout: float | None = None,
-    faults: FaultPlan | str | None = None,
-    failpoints: Sequence[str] | None = None,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
-    fuzz: float | None = None,
-    env: Mapping[str, str] | None = None,
-    isolate: bool | None = None,
-    rendezvous: str | None = None,
-    schedule: str | None = None,
-    devices: Sequence[str] | str | None = None,
-    setup: Callable[[], Any] | str | None = None,
-    expect: str | None = None,
     repro: str = "",
     check: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
+    **options: Unpack[WorldArgs],
 ) -> WorldResult:
     """Run ``entry(ctx, *args, **kwargs)`` in every rank of a fresh RPC world.
 
@@ -225,13 +216,14 @@ def run_world(
     torch's own way (``rpc_harness._rendezvous`` says what is replaced).
     """
     __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
-    spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs, repro=repro, **arguments(locals()))
+    spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs, repro=repro, **options)
     result = launch(spec, on_progress=on_progress)
     if check:
         raise_for_failures(result)
     return result
 
 
+@takes_world_options
 def spawn(
     fn: Callable[..., Any] | str,
     args: Sequence[Any] = (),
@@ -239,23 +231,10 @@ def spawn(
     *,
     kwargs: Mapping[str, Any] | None = None,
     names: Sequence[str] | None = None,
-    seed: int | None = None,
-    deadline: float | None = None,
-    bringup: float | None = None,
-    rpc_timeout: float | None = None,
-    faults: FaultPlan | str | None = None,
-    failpoints: Sequence[str] | None = None,
-    fuzz: float | None = None,
-    env: Mapping[str, str] | None = None,
-    isolate: bool | None = None,
-    rendezvous: str | None = None,
-    schedule: str | None = None,
-    devices: Sequence[str] | str | None = None,
-    setup: Callable[[], Any] | str | None = None,
-    expect: str | None = None,
     repro: str = "",
     check: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
+    **options: Unpack[WorldArgs],
 ) -> WorldResult:
     """Run ``fn(rank, *args, **kwargs)`` in ``nprocs`` processes, shaped like
     ``torch.multiprocessing.spawn``, for a program that calls
@@ -269,7 +248,7 @@ def spawn(
     """
     __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
     spec = make_spec(fn, nprocs, names=names, args=args, kwargs=kwargs, repro=repro, spawned=True,
-                     where="spawn()", **arguments(locals()))
+                     where="spawn()", **options)
     result = launch(spec, on_progress=on_progress)
     if check:
         raise_for_failures(result)

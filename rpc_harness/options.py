@@ -25,7 +25,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .entry import EntryRef
 from .errors import WorldSpecError, clip
@@ -185,6 +185,17 @@ def check_devices(value: Any, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
+def devices_here(devices: tuple[str, ...], options: WorldOptions, where: str) -> None:
+    """Whether this machine can give a world ``devices``: CUDA there, the
+    indices there, and no faulty agent (message faults, fuzz), whose options
+    take no device maps (``_devices.require_world_devices``). Asked through
+    NVML: the process stays fork-safe."""
+    from . import _devices
+    from .faults import uses_faulty_agent
+
+    _devices.require_world_devices(devices, where=where, faulty_agent=uses_faulty_agent(options.faults, options.fuzz))
+
+
 def check_schedule(value: Any, where: str) -> str:
     from .schedule import parse
 
@@ -245,7 +256,14 @@ class Option:
     ``where``; it is given None never (None means "the default").
     ``parse`` reads the text form (a command line, an ini file) before the
     check. ``plain`` turns a value into the plain data a token and a Python
-    replay line hold, which ``check`` reads back.
+    replay line hold, which ``check`` reads back. ``here(value, options,
+    where)`` is whether this machine can run a world with the (checked, not
+    default) value, among the world's other ``options``: it raises
+    :class:`~rpc_harness.errors.Unsupported` saying why not, naming ``where``.
+    It is not part of ``check``: a token made on a GPU machine decodes on any
+    machine, and is refused only when it is run where it cannot be. Every
+    door calls it through :meth:`WorldOptions.check_here`, before any
+    process starts.
     """
 
     help: str
@@ -256,6 +274,7 @@ class Option:
     token: str | None = None  # the field of replay tokens that carries it
     command_line: str | None = None  # the rpc-harness run flag
     plain: Callable[[Any], Any] = lambda value: value
+    here: Callable[[Any, WorldOptions, str], None] | None = None
 
     @property
     def ini(self) -> str | None:
@@ -349,7 +368,7 @@ class WorldOptions:
              "chooses each step uniformly), pct or pct:DEPTH (PCT), or replay:... (a recorded schedule)")
     devices: tuple[str, ...] = option(
         (), check=check_devices, parse=str, flag="--rpc-devices", marker=True, token="dev", plain=",".join,
-        command_line="--device",
+        command_line="--device", here=devices_here,
         help="the ranks' devices: cpu (the default), cuda (rank r gets cuda:(r mod device_count), set as its "
              "current device and ctx.device; a run world's ranks get device maps to every peer), or a list "
              "cuda:0,cuda:1 taken round-robin; refused before any process starts where CUDA is not available")
@@ -373,9 +392,7 @@ class WorldOptions:
     def from_values(cls, values: Mapping[str, Any], *, where: str) -> WorldOptions:
         """Check every value given (None: the default) and fill in the rest.
         A seed left to chance is drawn here, once."""
-        unknown = sorted(set(values) - set(NAMES))
-        if unknown:
-            raise WorldSpecError(f"{where}: unknown world option(s) {unknown}; world options: {', '.join(NAMES)}")
+        refuse_unknown(values, where=where)
         checked = {}
         for name, value in values.items():
             if value is not None:
@@ -383,6 +400,16 @@ class WorldOptions:
         if checked.get("seed") is None:
             checked["seed"] = fresh_seed()
         return cls(**checked)
+
+    def check_here(self, where: str, *, sources: Mapping[str, str] | None = None) -> None:
+        """Refuse (:class:`~rpc_harness.errors.Unsupported`) what this machine
+        cannot run: each option's ``here`` check, for every option not left
+        at its default, naming ``sources[name]`` (where the value came from)
+        or ``where``."""
+        for name, value in self.given():
+            here = DECLARED[name].here
+            if here is not None:
+                here(value, self, (sources or {}).get(name, where))
 
     def given(self) -> Iterator[tuple[str, Any]]:
         """``(name, value)`` of every option that is not its default, in declaration order."""
@@ -399,10 +426,52 @@ SHAPE = ("world_size", "names")
 MARKER_KEYS: tuple[str, ...] = SHAPE + tuple(name for name, option in DECLARED.items() if option.marker)
 
 
-def arguments(scope: Mapping[str, Any]) -> dict[str, Any]:
-    """The world options among a call's arguments (``locals()`` of a public
-    function whose keywords are the declared options)."""
-    return {name: scope[name] for name in NAMES}
+class WorldArgs(TypedDict, total=False):
+    """The world options as the doors take them (``run_world``, ``spawn``,
+    ``run_scenario``, the fixture's ``run`` and ``spawn``), each None or
+    left out for its default: ``**options: Unpack[WorldArgs]`` (PEP 692), so
+    that an editor and a type checker see every option and its type. One
+    key per field of :class:`WorldOptions`, in its order (a unit test keeps
+    them equal); :func:`takes_world_options` writes them into the door's
+    runtime signature for ``help()`` and the API docs."""
+
+    seed: int | None
+    deadline: float | None
+    bringup: float | None
+    rpc_timeout: float | None
+    faults: FaultPlan | str | None
+    failpoints: Sequence[str] | None
+    fuzz: float | None
+    env: Mapping[str, str] | None
+    isolate: bool | None
+    rendezvous: str | None
+    schedule: str | None
+    devices: Sequence[str] | str | None
+    setup: Callable[[], Any] | str | None
+    expect: str | None
+
+
+def refuse_unknown(values: Mapping[str, Any], *, where: str) -> None:
+    """A keyword that is no world option (a door's ``**options`` takes any
+    name: ``deadlin=5`` is refused here, not dropped)."""
+    unknown = sorted(set(values) - set(NAMES))
+    if unknown:
+        raise WorldSpecError(f"{where}: unknown world option(s) {unknown}; world options: {', '.join(NAMES)}")
+
+
+def takes_world_options(door: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``door``, whose last parameter is ``**options:
+    Unpack[WorldArgs]``: its signature as ``inspect`` (``help()``, the API
+    docs, IPython) reads it names every world option as a keyword with
+    default None, in the declaration's order, where ``**options`` was."""
+    signature = inspect.signature(door)
+    *parameters, rest = signature.parameters.values()
+    assert rest.kind is inspect.Parameter.VAR_KEYWORD, f"{door.__qualname__} takes no **options"
+    keywords = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                  annotation=getattr(annotation, "__forward_arg__", annotation))
+                for name, annotation in WorldArgs.__annotations__.items()]
+    door.__signature__ = signature.replace(parameters=[*parameters, *keywords])  # type: ignore[attr-defined]
+    return door
 
 
 def add_option(parser: argparse.ArgumentParser, name: str, *, default: Any = None, help: str = "",

@@ -20,11 +20,21 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
     from .progress import Progress
     from .result import WorldResult
 
 from ._cuda_fork import ForkserverCudaWarning, ask_through_nvml, warn_as
-from .options import DECLARED, INI_TYPES, MARKER_KEYS, SHAPE, arguments
+from .options import (
+    DECLARED,
+    INI_TYPES,
+    MARKER_KEYS,
+    SHAPE,
+    WorldArgs,
+    refuse_unknown,
+    takes_world_options,
+)
 from .repro import SEED_FLAG
 
 # The plugin's own settings (not world options, which options.py declares).
@@ -206,17 +216,17 @@ def _session_values(config: pytest.Config) -> dict[str, tuple[Any, str]]:
             values[name] = (option.read(raw, where) if isinstance(raw, str) else option.check(raw, where), where)
         except WorldSpecError as error:
             raise pytest.UsageError(str(error)) from None
-    if values.get("devices", ((), ""))[0]:
-        # Whether this machine has the devices asked for is known now: one
-        # usage error, not the same refusal in every test that starts a world.
-        from ._devices import require_world_devices
-        from .errors import Unsupported
+    # Whether this machine can run what the session asks of every world
+    # (--rpc-devices cuda without CUDA, or beside --rpc-fuzz) is known now:
+    # one usage error, not the same refusal in every test that starts a world.
+    from .errors import Unsupported
+    from .options import WorldOptions
 
-        devices, where = values["devices"]
-        try:
-            require_world_devices(devices, where=where, faulty_agent=False)
-        except Unsupported as error:
-            raise pytest.UsageError(str(error)) from None
+    session = WorldOptions.from_values({name: value for name, (value, _) in values.items()}, where="session")
+    try:
+        session.check_here("session", sources={name: where for name, (_, where) in values.items()})
+    except Unsupported as error:
+        raise pytest.UsageError(str(error)) from None
     return values
 
 
@@ -365,30 +375,18 @@ class RpcWorld:
 
         return derive_seed(self.session_seed, self._request.node.nodeid, index)
 
+    @takes_world_options
     def run(
         self,
         entry: Callable[..., Any] | str,
         world_size: int | None = None,
         *,
         names: Sequence[str] | str | None = None,
-        seed: int | None = None,
-        deadline: float | None = None,
-        bringup: float | None = None,
-        rpc_timeout: float | None = None,
-        faults: Any = None,
-        failpoints: Sequence[str] | None = None,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
-        fuzz: float | None = None,
-        env: Mapping[str, str] | None = None,
-        isolate: bool | None = None,
-        rendezvous: str | None = None,
-        schedule: str | None = None,
-        devices: Sequence[str] | str | None = None,
-        setup: Callable[[], Any] | str | None = None,
-        expect: str | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
+        **options: Unpack[WorldArgs],
     ) -> WorldResult:
         """Run ``entry(ctx, *args, **kwargs)`` in a world and return its result;
         see :func:`rpc_harness.run_world`.
@@ -397,9 +395,10 @@ class RpcWorld:
         any unexpected rank failure fails it with every rank's report.
         """
         __tracebackhide__ = True
-        return self._world(entry, "run", dict(arguments(locals()), world_size=world_size, names=names), args=args,
+        return self._world(entry, "run", dict(options, world_size=world_size, names=names), args=args,
                            kwargs=kwargs, check=check, on_progress=on_progress)
 
+    @takes_world_options
     def spawn(
         self,
         fn: Callable[..., Any] | str,
@@ -408,29 +407,16 @@ class RpcWorld:
         *,
         kwargs: Mapping[str, Any] | None = None,
         names: Sequence[str] | None = None,
-        seed: int | None = None,
-        deadline: float | None = None,
-        bringup: float | None = None,
-        rpc_timeout: float | None = None,
-        faults: Any = None,
-        failpoints: Sequence[str] | None = None,
-        fuzz: float | None = None,
-        env: Mapping[str, str] | None = None,
-        isolate: bool | None = None,
-        rendezvous: str | None = None,
-        schedule: str | None = None,
-        devices: Sequence[str] | str | None = None,
-        setup: Callable[[], Any] | str | None = None,
-        expect: str | None = None,
         check: bool = True,
         on_progress: Callable[[Progress], None] | None = None,
+        **options: Unpack[WorldArgs],
     ) -> WorldResult:
         """Run ``fn(rank, *args, **kwargs)`` in ``nprocs`` processes, like
         ``torch.multiprocessing.spawn``, for a program that calls
         ``rpc.init_rpc`` and ``rpc.shutdown`` itself; see :func:`rpc_harness.spawn`.
         The guarantees and the report are those of :meth:`run`."""
         __tracebackhide__ = True
-        return self._world(fn, "spawn", dict(arguments(locals()), world_size=nprocs, names=names), args=args,
+        return self._world(fn, "spawn", dict(options, world_size=nprocs, names=names), args=args,
                            kwargs=kwargs, check=check, on_progress=on_progress)
 
     def _world(self, entry: Any, how: str, call: dict[str, Any], *, args: Sequence[Any],
@@ -440,6 +426,8 @@ class RpcWorld:
         from .repro import python_call, replaying, world_token
         from .spec import make_spec
 
+        refuse_unknown({name: value for name, value in call.items() if name not in SHAPE},
+                       where=f"{self._fixture}.{how}() in {self._request.node.nodeid}")
         settings = Settings.resolve(call, self._marker, self._config)
         options = {name: settings.get(name) for name in DECLARED}
         if options["seed"] is None:

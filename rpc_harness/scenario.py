@@ -34,17 +34,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from .errors import GradientMismatch, ScenarioError, WorldSpecError, clip
-from .faults import FaultPlan
 from .gradcheck import Mismatch
-from .options import DEFAULT_DEADLINE, MAX_WORLD_SIZE, check_devices, whole_number
+from .options import (
+    DECLARED,
+    MAX_WORLD_SIZE,
+    WorldArgs,
+    WorldOptions,
+    takes_world_options,
+    whole_number,
+)
 from .progress import Progress
 from .repro import Repro, scenario_call
 from .result import WorldResult
 from .schedule import replay_schedule
 from .spec import check_world_size, resolve_names
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 ENTRY_POINT_GROUP = "rpc_harness.scenarios"
 MISMATCHES_SHOWN = 10
@@ -494,26 +503,25 @@ class ScenarioReport:
         return out
 
 
+@takes_world_options
 def run_scenario(
     scenario: Scenario | str,
     config: Any = None,
     *,
     world_size: int | None = None,
-    seed: int = 0,
-    faults: FaultPlan | str | None = None,
-    deadline: float = DEFAULT_DEADLINE,
-    fuzz: float = 0.0,
-    schedule: str = "free",
     on_progress: Callable[[Progress], None] | None = None,
-    devices: Sequence[str] | str | None = None,
+    **options: Unpack[WorldArgs],
 ) -> ScenarioReport:
     """Run ``scenario`` in a real world, run its baseline, compare, judge.
 
     ``config`` is the scenario's config, a mapping of overrides or None.
-    ``devices`` is the world option (``"cuda"``: each rank's model on its
-    GPU; the baseline stays on the CPU, and the judge widens its tolerances
-    as ``rpc_harness.scenarios._device`` says); where CUDA is not available
-    it is refused before any process starts (:class:`Unsupported`).
+    The world options are those of :func:`~rpc_harness.run_world`, with
+    its defaults (a seed left out is drawn, and the report says it); the
+    scenario's own failpoints are always declared, ``failpoints`` adds
+    more. ``devices="cuda"`` puts each rank's model on its GPU; the
+    baseline stays on the CPU, and the judge widens its tolerances as
+    ``rpc_harness.scenarios._device`` says; where CUDA is not available it
+    is refused before any process starts (:class:`Unsupported`).
     Bad input (world size, config, fault plan) raises before any process
     starts; a failed world never raises: the report says what happened, and
     :func:`check_report` raises on it.
@@ -527,25 +535,23 @@ def run_scenario(
     size = sc.default_world_size if world_size is None else world_size
     names = world_names(sc, size, where=f"{sc.name}: names")
     cfg = make_config(sc, config)
+    checked = WorldOptions.from_values(options, where=sc.name)
+    # The token carries what was given (failpoints: only the caller's own).
+    carried = {name: value for name, value in checked.given() if DECLARED[name].token and name != "seed"}
+    failpoints = tuple(dict.fromkeys((*sc.failpoints, *(checked.failpoints or ()))))
+    checked = dataclasses.replace(checked, failpoints=failpoints)
+    seed: int = checked.seed  # type: ignore[assignment]  # drawn by from_values when not given
     validate_config(sc, cfg, len(names), seed, where=f"{sc.name} config at world_size {len(names)}")
-    plan = FaultPlan.coerce(faults, where=f"{sc.name}: faults")
-    plan.validate(names, failpoints=sc.failpoints, where=f"{sc.name}: faults")
-    options: dict[str, Any] = {"faults": plan, "fuzz": fuzz, "schedule": schedule}
-    placed = check_devices(devices, f"{sc.name}: devices") if devices is not None else ()
-    if placed:  # a CPU world's token and replay lines stay as they were
-        # Refused here, naming the scenario, where run_world would name itself.
-        from ._devices import require_world_devices
-        from .faults import uses_faulty_agent
-
-        require_world_devices(placed, where=f"{sc.name}: devices", faulty_agent=uses_faulty_agent(plan, fuzz))
-        options["devices"] = placed
+    checked.faults.validate(names, failpoints=failpoints, where=f"{sc.name}: faults")
+    # Refused here, naming the scenario, where run_world would name itself.
+    checked.check_here(sc.name)
     repro = Repro(world_size=len(names), seed=seed, scenario=sc.name, names=names,
-                  config=config_overrides(sc, cfg), options=options)
+                  config=config_overrides(sc, cfg), options=carried)
     python = scenario_call(repro)
+    deadline = checked.deadline
     world = run_world(
-        sc.entry, names=names, seed=seed, deadline=deadline, faults=plan, failpoints=sc.failpoints,
-        args=(cfg,), fuzz=fuzz, schedule=schedule, repro=f"{repro.command(deadline)}\n    or: {python}", check=False,
-        on_progress=on_progress, devices=placed or None,
+        sc.entry, names=names, args=(cfg,), repro=f"{repro.command(deadline)}\n    or: {python}", check=False,
+        on_progress=on_progress, **dict(checked.given()),  # type: ignore[arg-type]  # checked values, read back
     )
     report = judge(sc, world, cfg)
     if world.schedule:  # a controlled world: its replay lines take its steps exactly

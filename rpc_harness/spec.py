@@ -8,12 +8,22 @@ import pickle
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .entry import EntryRef, check_signature
 from .errors import FaultPlanError, Unsupported, WorldSpecError, clip
 from .faults import FaultPlan, uses_faulty_agent
-from .options import MAX_FAULTY_WORLD_SIZE, MAX_WORLD_SIZE, WorldOptions, default_bringup
+from .options import (
+    MAX_FAULTY_WORLD_SIZE,
+    MAX_WORLD_SIZE,
+    WorldArgs,
+    WorldOptions,
+    default_bringup,
+    takes_world_options,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")  # what torch rpc accepts
 
@@ -66,6 +76,7 @@ def _reported_at_the_caller(build: Callable[..., WorldSpec]) -> Callable[..., Wo
     return checked
 
 
+@takes_world_options
 @_reported_at_the_caller
 def make_spec(
     entry: Callable[..., Any] | str,
@@ -77,7 +88,7 @@ def make_spec(
     spawned: bool = False,
     repro: str = "",
     where: str = "run_world()",
-    **options: Any,
+    **options: Unpack[WorldArgs],
 ) -> WorldSpec:
     """Validate every input and build a :class:`WorldSpec`.
 
@@ -115,15 +126,14 @@ def make_spec(
             f"ranks, got {len(resolved_names)}: torch's faulty agent cannot leave TensorPipe's shared-memory "
             "transport, whose connection backlog overflows in larger worlds"
         )
+    checked.check_here(where)  # what this machine cannot run (devices without CUDA, ...)
     device_note = ""
     if checked.devices:
-        # Here, not in the option's check: whether CUDA is there is a fact of
-        # this machine, not of the value (a token from a GPU machine decodes).
-        from ._devices import require_world_devices, sharing_note
+        import torch
 
-        count = require_world_devices(checked.devices, where=where,
-                                      faulty_agent=uses_faulty_agent(plan, checked.fuzz))
-        device_note = sharing_note(checked.devices, len(resolved_names), count)
+        from ._devices import sharing_note
+
+        device_note = sharing_note(checked.devices, len(resolved_names), torch.cuda.device_count())
     try:
         payload = pickle.dumps((tuple(args), dict(kwargs or {})))
     except Exception as error:

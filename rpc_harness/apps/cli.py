@@ -42,6 +42,7 @@ from rpc_harness.interrupts import terminate_as_interrupt
 from rpc_harness.options import (
     COMMAND_LINE_DEADLINE,
     DEFAULT_DEADLINE,
+    WorldOptions,
     add_option,
     whole_argument,
 )
@@ -296,14 +297,12 @@ def check_devices_here(devices: Sequence[str] | None, *, fuzz: float = 0.0, jobs
     """``--device cuda`` (or a token's devices, ``where`` says which) on a
     machine that cannot run it (no CUDA, an index past its GPUs, or a plan
     that needs torch's faulty agent): refused, one line, before any world
-    starts. Asked through NVML: this process stays fork-safe."""
+    starts, by the options' own checks of this machine (``WorldOptions.check_here``)."""
     if not devices:
         return
-    from rpc_harness._devices import require_world_devices
-    from rpc_harness.faults import uses_faulty_agent
-
-    faulty = any(uses_faulty_agent(job.repro.plan, fuzz) for job in jobs) or fuzz > 0
-    require_world_devices(devices, where=where, faulty_agent=faulty)
+    for options in [{**job.repro.options, "fuzz": fuzz} for job in jobs] or [{"fuzz": fuzz}]:
+        checked = WorldOptions.from_values({**options, "devices": devices}, where=where)
+        checked.check_here(where)
 
 
 def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
@@ -371,9 +370,8 @@ def run_job(job: Job, *, deadline: float, progress: str = "auto") -> ScenarioRep
         bar = ProgressBar(label, live=live, after_world="comparing with the single-process baseline")
     try:
         report = registry.run_scenario(
-            job.scenario, repro.config, world_size=repro.world_size, seed=repro.seed,
-            faults=repro.faults or None, deadline=deadline, fuzz=repro.fuzz, schedule=repro.schedule,
-            on_progress=bar, devices=repro.options.get("devices") or None,
+            job.scenario, repro.config, world_size=repro.world_size, on_progress=bar, deadline=deadline,
+            **repro.world_options(),  # every option the token carries
         )
     except BaseException:
         if bar is not None:

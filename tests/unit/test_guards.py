@@ -6,6 +6,7 @@ fail with its guard removed (tools/plant_bugs.py plants each removal)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from importlib import metadata
@@ -417,11 +418,13 @@ class Started(Exception):
 
 @pytest.fixture
 def no_world(monkeypatch):
-    """Make starting any world an error that records the options it was given."""
+    """Make starting any world an error that records the options it was
+    given, the world options left out at their defaults."""
     asked = []
+    defaults = {field.name: field.default for field in dataclasses.fields(O.WorldOptions)}
 
     def refuse(entry, *args, **kwargs):
-        asked.append(kwargs)
+        asked.append({**defaults, **kwargs})
         raise Started
 
     monkeypatch.setattr("rpc_harness._launcher.run_world", refuse)

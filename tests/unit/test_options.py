@@ -3,6 +3,7 @@ declaration, and the public signatures name exactly the declared options."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 
@@ -17,17 +18,42 @@ from rpc_harness.repro import Repro, decode
 
 # What the public functions take besides world options: the world's shape,
 # what runs, and how the call behaves.
-NOT_OPTIONS = {"entry", "fn", "world_size", "nprocs", "names", "args", "kwargs", "check", "on_progress", "repro",
-               "self"}
+NOT_OPTIONS = {"entry", "fn", "scenario", "config", "world_size", "nprocs", "names", "args", "kwargs", "check",
+               "on_progress", "repro", "spawned", "where", "self"}
+# Every door a world option comes through as a keyword.
+DOORS = [rpc_harness.run_world, rpc_harness.spawn, RpcWorld.run, RpcWorld.spawn, rpc_harness.run_scenario,
+         rpc_harness.make_spec]
 
 
-@pytest.mark.parametrize("function", [rpc_harness.run_world, rpc_harness.spawn, RpcWorld.run, RpcWorld.spawn],
-                         ids=lambda f: f.__qualname__)
+@pytest.mark.parametrize("function", DOORS, ids=lambda f: f.__qualname__)
 def test_public_signatures_name_exactly_the_declared_options(function):
     keywords = set(inspect.signature(function).parameters) - NOT_OPTIONS
-    assert keywords == set(O.NAMES), "add the option to WorldOptions and to every public signature"
+    assert keywords == set(O.NAMES), "add the option to WorldOptions and to WorldArgs"
     for name in O.NAMES:
         assert inspect.signature(function).parameters[name].default is None, f"{name}: None means the default"
+    # What a type checker and an editor read: the door's **options are the
+    # typed keywords (PEP 692), not a signature of its own.
+    source = inspect.getsource(function)
+    assert "**options: Unpack[WorldArgs]" in source, function.__qualname__
+
+
+def test_the_typed_keywords_are_the_declared_options_in_their_order():
+    assert tuple(O.WorldArgs.__annotations__) == O.NAMES, "WorldArgs has one key per field of WorldOptions"
+    assert O.WorldArgs.__total__ is False, "every option may be left out"
+
+
+@pytest.mark.parametrize("door", ["run_world", "spawn", "rpc_world.run", "rpc_world.spawn", "run_scenario"])
+def test_a_misspelled_option_is_refused_by_every_door_not_dropped(rpc_world, monkeypatch, door):
+    # **options takes any name: one that is no option must not be dropped
+    # silently (a deadline "given" that never applies).
+    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: _raise())
+    call = {"run_world": lambda: rpc_harness.run_world("programs.echo:echo", 2, deadlin=5),
+            "spawn": lambda: rpc_harness.spawn("programs.echo:run_worker", args=(2,), nprocs=2, deadlin=5),
+            "rpc_world.run": lambda: rpc_world.run("programs.echo:echo", 2, deadlin=5),
+            "rpc_world.spawn": lambda: rpc_world.spawn("programs.echo:run_worker", args=(2,), nprocs=2, deadlin=5),
+            "run_scenario": lambda: rpc_harness.run_scenario("ps", world_size=2, deadlin=5)}[door]
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"unknown world option\(s\) \['deadlin'\]; world options: "):
+        call()
 
 
 def test_every_door_is_read_from_the_declaration():
@@ -374,3 +400,71 @@ def test_a_rendezvous_that_is_neither_is_refused_naming_both():
     assert str(refused.value) == (
         "here: invalid rendezvous 'tcp'; use one of: 'store' (the default: the world's store does what torch's "
         "Gloo group does in init_rpc); 'gloo' (torch's own: a Gloo group over every pair of ranks)")
+
+
+# The sample values as a scenario's world takes them (its names and failpoints).
+SCENARIO_SAMPLES = dict(SAMPLES, faults="kill:trainer1@x.step#2", failpoints=["x.step"])
+
+
+def test_every_option_given_to_run_scenario_reaches_the_world_and_its_replay_lines(monkeypatch):
+    launched = []
+
+    def launch(spec, **_):
+        launched.append(spec)
+        raise _Launched
+
+    monkeypatch.setattr("rpc_harness._launcher.launch", launch)
+    monkeypatch.setattr("rpc_harness._devices.require_world_devices", lambda *args, **kwargs: 1)
+    with pytest.raises(_Launched):
+        rpc_harness.run_scenario("ps", world_size=2, **SCENARIO_SAMPLES)
+    spec = launched[0]
+    scenario_failpoints = ("trainer.step", "ps.forward", "optimizer.step")
+    expected = O.WorldOptions.from_values(dict(SCENARIO_SAMPLES, failpoints=[*scenario_failpoints, "x.step"]),
+                                          where="test")
+    assert spec.options == expected, "every option reaches the world; the scenario's failpoints and the caller's"
+    token = decode(spec.repro.split()[2])
+    carried = {name for name, option in O.DECLARED.items() if option.token and name != "seed"}
+    assert set(token.options) == carried and token.seed == 7
+    assert token.options["failpoints"] == ("x.step",), "the token carries only the caller's own failpoints"
+    python = spec.repro.split("or: ")[1]
+    assert "rendezvous='gloo'" in python and "rpc_timeout=4.0" in python and "failpoints=['x.step']" in python
+
+
+def test_run_scenario_takes_the_worlds_defaults_not_its_own(monkeypatch):
+    launched = []
+    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: launched.append(spec) or _raise())
+    with pytest.raises(_Launched):
+        rpc_harness.run_scenario("ps", world_size=2)
+    defaults = O.WorldOptions.from_values({"seed": launched[0].seed}, where="test")
+    assert launched[0].options == dataclasses.replace(defaults, failpoints=("trainer.step", "ps.forward",
+                                                                           "optimizer.step"))
+
+
+def _raise():
+    raise _Launched
+
+
+@pytest.mark.parametrize("door", ["run_world", "spawn", "rpc_world.run", "rpc_world.spawn", "run_scenario"])
+def test_every_door_asks_the_options_own_check_of_this_machine_before_any_process(rpc_world, monkeypatch, door):
+    asked = []
+
+    def here(value, options, where):
+        asked.append((value, options.rendezvous, where))
+        raise rpc_harness.Unsupported(f"{where}: rendezvous {value} is not possible on this machine")
+
+    monkeypatch.setitem(O.DECLARED, "rendezvous", dataclasses.replace(O.DECLARED["rendezvous"], here=here))
+    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: _raise())
+    call = {"run_world": lambda **o: rpc_harness.run_world("programs.echo:echo", 2, **o),
+            "spawn": lambda **o: rpc_harness.spawn("programs.echo:run_worker", args=(2,), nprocs=2, **o),
+            "rpc_world.run": lambda **o: rpc_world.run("programs.echo:echo", 2, **o),
+            "rpc_world.spawn": lambda **o: rpc_world.spawn("programs.echo:run_worker", args=(2,), nprocs=2, **o),
+            "run_scenario": lambda **o: rpc_harness.run_scenario("ps", world_size=2, **o)}[door]
+    where = {"run_world": "run_world()", "spawn": "spawn()", "rpc_world.run": "rpc_world.run() in ",
+             "rpc_world.spawn": "rpc_world.spawn() in ", "run_scenario": "ps"}[door]
+    with pytest.raises(rpc_harness.Unsupported, match=r"rendezvous gloo is not possible on this machine$"):
+        call(rendezvous="gloo")
+    assert [(value, seen) for value, seen, _ in asked] == [("gloo", "gloo")]
+    assert asked[0][2].startswith(where), "the refusal names the door"
+    with pytest.raises(_Launched):  # an option left at its default asks nothing of the machine
+        call()
+    assert len(asked) == 1

@@ -355,7 +355,7 @@ def test_run_scenario_gives_the_world_its_devices_and_puts_them_in_the_replay_li
 
     monkeypatch.setattr("rpc_harness._launcher.run_world", fake_run_world)
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: False)
-    with pytest.raises(Unsupported, match=r"^rl: devices: devices='cuda' asks for CUDA, but CUDA is not available"):
+    with pytest.raises(Unsupported, match=r"^rl: devices='cuda' asks for CUDA, but CUDA is not available"):
         run_scenario("rl", seed=4, devices="cuda")
     assert not seen, "refused before run_world, naming the scenario"
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: True)
@@ -369,4 +369,4 @@ def test_run_scenario_gives_the_world_its_devices_and_puts_them_in_the_replay_li
     seen.clear()
     with pytest.raises(RuntimeError):
         run_scenario("rl", seed=4, devices="cpu")
-    assert seen["devices"] is None and "devices" not in seen["repro"], "a CPU world's lines stay as they were"
+    assert seen.get("devices") is None and "devices" not in seen["repro"], "a CPU world's lines stay as they were"
