@@ -25,7 +25,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from .entry import EntryRef
 from .errors import WorldSpecError, clip
@@ -451,6 +451,9 @@ class WorldArgs(TypedDict, total=False):
     expect: str | None
 
 
+Door = TypeVar("Door", bound=Callable[..., Any])  # the door itself, its typed signature kept for type checkers
+
+
 def refuse_unknown(values: Mapping[str, Any], *, where: str) -> None:
     """A keyword that is no world option (a door's ``**options`` takes any
     name: ``deadlin=5`` is refused here, not dropped)."""
@@ -459,7 +462,7 @@ def refuse_unknown(values: Mapping[str, Any], *, where: str) -> None:
         raise WorldSpecError(f"{where}: unknown world option(s) {unknown}; world options: {', '.join(NAMES)}")
 
 
-def takes_world_options(door: Callable[..., Any]) -> Callable[..., Any]:
+def takes_world_options(door: Door) -> Door:
     """Mark ``door``, whose last parameter is ``**options:
     Unpack[WorldArgs]``: its signature as ``inspect`` (``help()``, the API
     docs, IPython) reads it names every world option as a keyword with

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import typing
 
 import pytest
 from hypothesis import example, given, settings
@@ -40,6 +41,10 @@ def test_public_signatures_name_exactly_the_declared_options(function):
 def test_the_typed_keywords_are_the_declared_options_in_their_order():
     assert tuple(O.WorldArgs.__annotations__) == O.NAMES, "WorldArgs has one key per field of WorldOptions"
     assert O.WorldArgs.__total__ is False, "every option may be left out"
+    # A type checker sees the door through its decorator: a decorator typed
+    # Callable[..., Any] would hide every keyword (mypy: "def (*Any, **Any)").
+    hints = typing.get_type_hints(O.takes_world_options)
+    assert hints["return"] is hints["door"] and isinstance(hints["door"], typing.TypeVar)
 
 
 @pytest.mark.parametrize("door", ["run_world", "spawn", "rpc_world.run", "rpc_world.spawn", "run_scenario"])
