@@ -2,9 +2,10 @@
 """Mutation testing, one module at a time, with that module's fast unit tests.
 
     .venv/bin/pip install -c constraints.txt -e '.[test,mutation]'
-    .venv/bin/python tools/mutation.py                      # every module below, in order
+    .venv/bin/python tools/mutation.py                      # every module below, in order (but --world's)
     .venv/bin/python tools/mutation.py rpc_harness/faults.py
-    .venv/bin/python tools/mutation.py --list
+    .venv/bin/python tools/mutation.py --changed            # only the modules changed since main
+    .venv/bin/python tools/mutation.py --list [--changed]   # what would run, with which tests
 
 The tool is mutmut 3 (configured in pyproject's ``[tool.mutmut]``). Each
 module runs in a scratch copy of the repository under
@@ -49,8 +50,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "build" / "mutation"
 
-# Each module, in the order they are run, with the fast unit tests that cover
-# it (seconds, no world). Mutation multiplies their time: keep them fast.
+# Each module of the library (``rpc_harness/``, ``rpc_harness/_schedule/``)
+# and the scenarios' judges, in the order they are run, with the tests that
+# cover it. A unit test (tests/unit/test_mutation_table.py) fails when a
+# library module is missing here, when a test named here does not exist, or
+# when a module with a function has no tests. Mutation multiplies the tests'
+# time: name the fast unit tests that reach the module. A module reached
+# only in a rank (forked from the forkserver) or only through real worlds
+# names its world tests: it runs only with ``--world`` (hours, not minutes).
+# An empty list: nothing to mutate (no function: mutmut mutates functions
+# only).
 MODULES: dict[str, list[str]] = {
     "rpc_harness/options.py": [
         "tests/unit/test_option_checks.py",
@@ -135,7 +144,139 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_guards.py",
         "tests/unit/test_contracts.py",
     ],
+    # -- the rest of the library (issue 38): pure modules with unit tests first.
+    "rpc_harness/explore.py": [
+        "tests/unit/test_explore.py",
+        "tests/unit/test_control_lost.py",
+        "tests/unit/test_cli.py",
+    ],
+    "rpc_harness/spec.py": [
+        "tests/unit/test_guards.py",
+        "tests/unit/test_repro_lines.py",
+        "tests/unit/test_options.py",
+        "tests/unit/test_option_checks.py",
+    ],
+    "rpc_harness/result.py": [
+        "tests/unit/test_control_lost.py",
+        "tests/unit/test_contracts.py",
+        "tests/unit/test_tally.py",
+        "tests/unit/test_timeline.py",
+        "tests/unit/test_one_line.py",
+    ],
+    "rpc_harness/trace.py": ["tests/unit/test_trace.py", "tests/unit/test_timeline.py"],
+    "rpc_harness/timeline.py": ["tests/unit/test_timeline.py"],
+    "rpc_harness/_gate.py": ["tests/unit/test_gate.py"],
+    "rpc_harness/_messages.py": [
+        "tests/unit/test_gate.py",
+        "tests/unit/test_lifecycle_leave.py",
+        "tests/unit/test_schedule_core.py",
+        "tests/unit/test_schedule.py",
+    ],
+    "rpc_harness/_limits.py": ["tests/unit/test_limits.py"],
+    "rpc_harness/_nvml.py": ["tests/unit/test_nvml.py"],
+    "rpc_harness/_cuda_fork.py": ["tests/unit/test_devices.py", "tests/unit/test_scenario_devices.py"],
+    "rpc_harness/_devices.py": ["tests/unit/test_devices.py", "tests/unit/test_options.py"],
+    "rpc_harness/_stackdump.py": ["tests/unit/test_stackdump.py"],
+    "rpc_harness/_stacks.py": ["tests/unit/test_report_stacks.py", "tests/unit/test_stackdump.py"],
+    "rpc_harness/_svg.py": ["tests/unit/test_plots.py", "tests/unit/test_timeline.py"],
+    "rpc_harness/_workdirs.py": ["tests/unit/test_launcher.py"],
+    "rpc_harness/_callpoints.py": ["tests/unit/test_fault_checks.py", "tests/unit/test_faults.py"],
+    "rpc_harness/context.py": ["tests/unit/test_trace.py", "tests/unit/test_progress.py", "tests/unit/test_timeline.py"],
+    "rpc_harness/entry.py": [
+        "tests/unit/test_option_checks.py",
+        "tests/unit/test_options.py",
+        "tests/unit/test_guards.py",
+    ],
+    "rpc_harness/errors.py": ["tests/unit/test_one_line.py", "tests/unit/test_guards.py", "tests/unit/test_options.py"],
+    "rpc_harness/events.py": ["tests/unit/test_tally.py", "tests/unit/test_contracts.py"],
+    "rpc_harness/extras.py": ["tests/unit/test_cli.py", "tests/unit/test_docs.py"],
+    "rpc_harness/plots.py": ["tests/unit/test_plots.py"],
+    "rpc_harness/progress.py": ["tests/unit/test_progress.py"],
+    "rpc_harness/rank_setup.py": [
+        "tests/unit/test_devices.py",
+        "tests/unit/test_math_kernels.py",
+        "tests/unit/test_torchrun.py",
+    ],
+    "rpc_harness/scenario.py": [
+        "tests/unit/test_scenario_shape.py",
+        "tests/unit/test_guards.py",
+        "tests/unit/test_cli.py",
+        "tests/unit/test_parsers.py",
+    ],
+    "rpc_harness/seeds.py": [
+        "tests/unit/test_schedule_core.py",
+        "tests/unit/test_schedule_strategies.py",
+        "tests/unit/test_options.py",
+    ],
+    "rpc_harness/strategies.py": [
+        "tests/unit/test_faults.py",
+        "tests/unit/test_replay.py",
+        "tests/unit/test_schedule_strategies.py",
+    ],
+    # Partly pure (their unit tests), mostly reached through real worlds.
+    "rpc_harness/_launcher.py": [
+        "tests/unit/test_launcher.py",
+        "tests/unit/test_options.py",
+        "tests/world/test_launcher.py",
+        "tests/world/test_spawn.py",
+    ],
+    "rpc_harness/_lifecycle.py": ["tests/unit/test_lifecycle_leave.py", "tests/world/test_spawn.py"],
+    "rpc_harness/_supervisor.py": [
+        "tests/unit/test_stackdump.py",
+        "tests/world/test_launcher.py",
+        "tests/world/test_fault_controls.py",
+    ],
+    "rpc_harness/_rpc_hooks.py": ["tests/unit/test_trace.py", "tests/world/test_trace.py"],
+    "rpc_harness/pytest_plugin.py": [
+        "tests/unit/test_options.py",
+        "tests/unit/test_control_lost.py",
+        "tests/world/test_plugin.py",
+    ],
+    # Reached only in a rank, in the forkserver, or through real worlds.
+    "rpc_harness/_boot.py": ["tests/world/test_launcher.py"],
+    "rpc_harness/_preload.py": ["tests/unit/test_launcher.py", "tests/world/test_launcher.py"],
+    "rpc_harness/_rank.py": ["tests/world/test_launcher.py", "tests/world/test_spawn.py"],
+    "rpc_harness/_stores.py": ["tests/world/test_launcher.py"],
+    "rpc_harness/_live.py": ["tests/world/test_reuse.py"],
+    "rpc_harness/_clean.py": ["tests/world/test_reuse.py"],
+    "rpc_harness/_msgfaults.py": ["tests/world/test_fault_controls.py"],
+    "rpc_harness/_netns.py": ["tests/world/test_isolation.py"],
+    "rpc_harness/interrupts.py": ["tests/world/test_interrupts.py"],
+    # No function: nothing for mutmut to mutate.
+    "rpc_harness/__init__.py": [],
+    "rpc_harness/__main__.py": [],
+    "rpc_harness/_schedule/__init__.py": [],
 }
+# The library: every module of these folders (not the scenarios nor the
+# apps, which the library never imports) must be in MODULES.
+LIBRARY = ("rpc_harness/*.py", "rpc_harness/_schedule/*.py")
+
+
+def library_modules(root: Path = ROOT) -> list[str]:
+    """Every module of the library, as a path from the repository's root."""
+    return sorted(str(path.relative_to(root)) for pattern in LIBRARY for path in root.glob(pattern))
+
+
+def needs_worlds(tests: list[str]) -> bool:
+    """Whether a module's tests bring real worlds up (``tests/world``)."""
+    return any(test.startswith("tests/world/") for test in tests)
+
+
+def changed_modules(base: str, root: Path = ROOT) -> list[str]:
+    """The modules of MODULES that differ from where this branch left
+    ``base`` (its merge base): committed since, staged, in the work tree or
+    new and untracked; in MODULES' order."""
+
+    def git(*args: str) -> list[str]:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"git {' '.join(args)}: {done.stderr.strip() or 'failed'}")
+        return done.stdout.split()
+
+    fork = git("merge-base", base, "HEAD")[0]
+    touched = set(git("diff", "--name-only", fork)) | set(git("ls-files", "--others", "--exclude-standard"))
+    return [module for module in MODULES if module in touched]
+
 
 # mutmut's exit codes, as its own `results` command names them.
 KILLED = {1, 3, 37}
@@ -345,22 +486,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report", type=Path, default=SCRATCH / "report.md", help="where the report goes"
     )
+    parser.add_argument(
+        "--changed",
+        metavar="BASE",
+        nargs="?",
+        const="main",
+        help="only the modules this branch changed since it left BASE (default main), work tree included",
+    )
+    parser.add_argument(
+        "--world",
+        action="store_true",
+        help="also the modules whose tests bring real worlds up (tests/world): hours, not minutes",
+    )
     args = parser.parse_args(argv)
-    if args.list:
-        for module, tests in MODULES.items():
-            print(module, *tests, sep="\n    ")
-        return 0
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         parser.error(
             f"no test selection for {', '.join(unknown)}; add it to MODULES in {Path(__file__).name}"
         )
+    if args.changed is not None and args.modules:
+        parser.error("give modules or --changed, not both")
+    chosen = changed_modules(args.changed) if args.changed is not None else args.modules or list(MODULES)
+    if args.list:  # what would run, and with which tests
+        for module in chosen:
+            tests = MODULES[module]
+            kind = " (world tests: --world)" if needs_worlds(tests) else "" if tests else " (nothing to mutate)"
+            print(module + kind, *tests, sep="\n    ")
+        return 0
+    todo = []
+    for module in chosen:
+        if not MODULES[module]:
+            print(f"{module}: nothing to mutate (no function)")
+        elif needs_worlds(MODULES[module]) and not args.world:
+            print(f"{module}: skipped: its tests bring real worlds up (--world runs them)")
+        else:
+            todo.append(module)
+    if not todo:
+        print("no module to mutate" + (f" (changed since {args.changed})" if args.changed is not None else ""))
+        return 0
     try:
         os.nice(10)
     except OSError:
         pass
     scores, sections = [], []
-    for module in args.modules or list(MODULES):
+    for module in todo:
         print(f"{module}: mutating with {' '.join(MODULES[module])}", flush=True)
         score, diffs = run_module(
             module, MODULES[module], fresh_limit=args.fresh_limit, fresh_all=args.fresh_all
