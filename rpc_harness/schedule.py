@@ -39,9 +39,13 @@ from .errors import WorldSpecError, clip
 FREE = "free"
 CONTROLLED = "controlled"  # the default strategy: random
 STRATEGIES = ("random", "pct")
+# Exhaustive exploration (rpc_harness.explore): dynamic partial-order
+# reduction with sleep sets, and the naive depth-first search it is measured
+# against. As a single world's schedule, either is its first schedule.
+EXHAUSTIVE = ("dpor", "dfs")
 DEFAULT_DEPTH = 3
 MAX_DEPTH = 20
-_REPLAY, _GUIDE = "replay:", "guide:"
+_REPLAY, _GUIDE, _DPOR = "replay:", "guide:", "dpor:"
 _MAX_BLOB = 1 << 22
 
 
@@ -55,6 +59,8 @@ class ScheduleSpec:
     steps: tuple[tuple[str, str], ...] = ()  # replay: (task, point) of each recorded step
     digest: str = ""  # replay: the recorded schedule's digest
     prefs: tuple[tuple[str, str, int, str], ...] = ()  # guide: (task, point, nth time) -> the task chosen next
+    prefix: tuple[str, ...] = ()  # dpor: the task chosen at each of the first steps
+    sleep: tuple[tuple[str, int], ...] = ()  # dpor: (task, rank) not to choose after them (explored already)
 
     @property
     def controlled(self) -> bool:
@@ -69,14 +75,18 @@ class ScheduleSpec:
             return f"pct:{self.depth}" + (f":{self.length}" if self.length else "")
         if self.kind == "replay":
             return f"replay of {len(self.steps)} steps"
+        if self.kind == "dpor":
+            return f"dpor branch at step {len(self.prefix)}" if self.prefix else "dpor"
         return self.kind
 
 
 def parse(text: str, *, where: str = "schedule") -> ScheduleSpec:
     """Read a ``schedule`` option: ``free``, ``controlled``, ``random``,
-    ``pct``, ``pct:D`` or ``replay:BLOB``."""
+    ``pct``, ``pct:D``, ``replay:BLOB``, or ``dpor``/``dfs``/``dpor:BLOB``
+    (a branch of exhaustive exploration: its first choices, then the task
+    that ran last where it can go on, never one of its sleep set)."""
     if not isinstance(text, str):
-        raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; use free, controlled, random, pct, pct:D or replay:...")
+        raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; use free, controlled, random, pct, pct:D, dpor, dfs or replay:...")
     value = text.strip()
     if value == FREE:
         return ScheduleSpec("free")
@@ -96,7 +106,12 @@ def parse(text: str, *, where: str = "schedule") -> ScheduleSpec:
         return ScheduleSpec("replay", steps=steps, digest=recorded)
     if value.startswith(_GUIDE):
         return ScheduleSpec("guide", prefs=_decode_choices(value[len(_GUIDE):], where=where))
-    raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; use free, controlled, random, pct, pct:D or replay:...")
+    if value in EXHAUSTIVE:
+        return ScheduleSpec("dpor")
+    if value.startswith(_DPOR):
+        prefix, sleep = _decode_branch(value[len(_DPOR):], where=where)
+        return ScheduleSpec("dpor", prefix=prefix, sleep=sleep)
+    raise WorldSpecError(f"{where}: invalid schedule {clip(text)}; use free, controlled, random, pct, pct:D, dpor, dfs or replay:...")
 
 
 def check(value: Any, where: str) -> str:
@@ -123,6 +138,13 @@ class Step:
     preempted: bool = False  # another task could have gone on and was stopped for this one
     start: float = 0.0  # time.time() when the step began
     end: float = 0.0
+    # What exhaustive exploration (``_schedule.dpor``) reads: the tasks that
+    # could run when this one was chosen, as (task, rank); the step whose
+    # effects made this task ready (-1: none but its own previous step); and
+    # whether the schedule's clock woke it (a wait that timed out).
+    ready: tuple[tuple[str, int], ...] = ()
+    cause: int = -1
+    timer: bool = False
 
     def describe(self) -> str:
         """``trainer1 (main) -> rpc.call:ParameterServer.forward``"""
@@ -179,6 +201,16 @@ def without(steps: Sequence[tuple[str, str]], index: int) -> str:
     return _GUIDE + _encode({"c": kept})
 
 
+def branch_schedule(prefix: Sequence[str], sleep: Sequence[tuple[str, int]] = ()) -> str:
+    """The ``schedule`` value of one branch of exhaustive exploration: the
+    task chosen at each of the first ``len(prefix)`` steps, then never one
+    of ``sleep`` (task, rank) until a step of its rank has run."""
+    tasks: dict[str, int] = {}
+    chosen = [tasks.setdefault(t, len(tasks)) for t in prefix]
+    asleep = [[tasks.setdefault(t, len(tasks)), rank] for t, rank in sleep]
+    return _DPOR + _encode({"t": list(tasks), "c": chosen, "z": asleep})
+
+
 def _encode(data: object) -> str:
     raw = json.dumps(data, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
@@ -195,6 +227,17 @@ def _decode_choices(blob: str, *, where: str) -> tuple[tuple[str, str, int, str]
     except (binascii.Error, zlib.error, ValueError, KeyError, TypeError) as error:
         raise WorldSpecError(f"{where}: a guide schedule that cannot be read ({error})") from None
     return found
+
+
+def _decode_branch(blob: str, *, where: str) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+    try:
+        data = _decode(blob)
+        tasks = data["t"]
+        prefix = tuple(str(tasks[i]) for i in data["c"])
+        sleep = tuple((str(tasks[i]), int(rank)) for i, rank in data["z"])
+    except (binascii.Error, zlib.error, ValueError, KeyError, TypeError, IndexError) as error:
+        raise WorldSpecError(f"{where}: a dpor schedule that cannot be read ({error}); copy it whole") from None
+    return prefix, sleep
 
 
 def _decode_steps(blob: str, *, where: str) -> tuple[tuple[tuple[str, str], ...], str]:

@@ -43,10 +43,13 @@ class Recorder:
         self.problems: list[str] = []  # a replay that diverged
         self.last: Recorded | None = None
 
-    def record(self, task: Recorded, point: str, *, preempted: bool, started: float, ended: float) -> None:
-        """``task``'s step ended at ``point``; under replay, it must be the recorded one."""
+    def record(self, task: Recorded, point: str, *, preempted: bool, started: float, ended: float,
+               ready: tuple[tuple[str, int], ...] = (), cause: int = -1, timer: bool = False) -> None:
+        """``task``'s step ended at ``point``; under replay, it must be the recorded one.
+        ``ready``, ``cause`` and ``timer`` are how it was chosen (:class:`~rpc_harness.schedule.Step`)."""
         index = len(self.steps)
-        self.steps.append(Step(index, task.rank, "", task.id, task.label, point, preempted, started, ended))
+        self.steps.append(Step(index, task.rank, "", task.id, task.label, point, preempted, started, ended,
+                               ready, cause, timer))
         key = (task.id, point)
         self.occurrences[key] = self.occurrences.get(key, 0) + 1
         self.last = task

@@ -55,6 +55,7 @@ class Task:
     on: tuple | None = None  # what it waits for, when blocked
     notified: bool = True  # what its next Go says (False: its wait timed out)
     timer: float | None = None  # the schedule's time at which its wait times out
+    cause: int = -1  # the step whose effects made it ready (-1: its own last step), for exploration
 
 
 @dataclass
@@ -99,6 +100,7 @@ class Scheduler:
         self.running: Task | None = None
         self.step_started = 0.0
         self.step_preempted = False
+        self.step_choice: tuple[tuple[tuple[str, int], ...], int, bool] = ((), -1, False)  # ready, cause, timer
         self.controlled = True
         self.halted = False  # the world is failing: no more steps (how many more would be the clock's choice)
         self.note = ""  # why control was given up, if it was
@@ -192,7 +194,7 @@ class Scheduler:
         self._leave(task)
         task.state, task.point = state, point
         if state == READY:  # a scheduling point, not a wait: its Go says nothing timed out
-            task.notified = True
+            task.notified, task.cause = True, -1
             self.ready[task.id] = task
         return task
 
@@ -311,7 +313,15 @@ class Scheduler:
     def _ready(self, task: Task, *, notified: bool) -> None:
         self._leave(task)
         task.state, task.notified, task.on, task.timer = READY, notified, None, None
+        task.cause = self._current_step()
         self.ready[task.id] = task
+
+    def _current_step(self) -> int:
+        """The step whose effects are happening now: the running one, or,
+        between steps, the last (the world is quiet before each choice, so
+        what arrives between steps -- a handler beginning, an answer, a
+        notify -- was caused by the step before)."""
+        return len(self.steps) if self.running is not None else len(self.steps) - 1
 
     def _alive_caller(self, call: Call) -> bool:
         """Whether the call's caller can still hear its answer (a frozen
@@ -387,6 +397,7 @@ class Scheduler:
         chosen = self._strategy.choose(ready, self.history)
         last = self.history.last
         self.step_preempted = last is not None and last.state == READY and chosen is not last and last in ready
+        self.step_choice = (tuple((t.id, t.rank) for t in ready), chosen.cause, not chosen.notified)
         self._leave(chosen)
         self.running = chosen
         chosen.state = RUNNING
@@ -415,8 +426,9 @@ class Scheduler:
         return task is not None and task.timer == at and task.state == BLOCKED
 
     def _record(self, task: Task, point: str) -> None:
+        ready, cause, timer = self.step_choice
         self.history.record(task, point, preempted=self.step_preempted, started=self.step_started,
-                            ended=self.clock())
+                            ended=self.clock(), ready=ready, cause=cause, timer=timer)
 
     def finish(self) -> None:
         """The world is over: a replay under control to its end that took

@@ -14,6 +14,9 @@ the scheduler's model test drives them all (tests/unit/test_scheduler_model.py).
 - :class:`Replay` (``replay:...``): the recorded steps, one for one.
 - :class:`Guide` (``guide:...``): a recorded schedule's choices where the
   same moment comes again; how shrinking drops one preemption at a time.
+- :class:`Branch` (``dpor``, ``dpor:...``): one branch of exhaustive
+  exploration (:mod:`.dpor` decides which): its first choices, then the
+  task that ran last where it can go on, never a task of its sleep set.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Protocol, TypeVar
 
 from ..schedule import ScheduleSpec, Step
 from ..seeds import derive_seed
+from .dpor import independent
 
 PCT_DEFAULT_LENGTH = 200  # steps over which PCT spreads its change points when not told
 
@@ -32,8 +36,10 @@ class Runnable(Protocol):
     """What a strategy reads of a task."""
 
     id: str
+    rank: int
     label: str
     point: str
+    notified: bool  # False: the schedule's clock woke it (its wait timed out)
 
 
 T = TypeVar("T", bound=Runnable)
@@ -66,6 +72,8 @@ def make(schedule: ScheduleSpec, history: History) -> Strategy:
         return Replay(schedule.steps)
     if schedule.kind == "guide":
         return Guide(schedule.prefs)
+    if schedule.kind == "dpor":
+        return Branch(schedule.prefix, schedule.sleep)
     return RandomWalk()
 
 
@@ -146,6 +154,36 @@ class Guide:
             if task.id == wanted:
                 return task
         return continuing(ready, history)
+
+
+class Branch:
+    """One branch of exhaustive exploration: ``prefix`` chosen one for one
+    (a world that cannot take it diverged: the program is not deterministic
+    under its schedule, and exploration says so), then the task that ran
+    last where it can go on, else the first by id; never a task of the
+    sleep set while another can run. A task sleeps until a step it depends
+    on runs: one of its own rank, or one the schedule's clock woke
+    (:func:`rpc_harness._schedule.dpor.independent`)."""
+
+    def __init__(self, prefix: Sequence[str], sleep: Sequence[tuple[str, int]]) -> None:
+        self.prefix = prefix
+        self.sleep = dict(sleep)
+
+    def choose(self, ready: Sequence[T], history: History) -> T:
+        step = len(history.steps)
+        chosen = None
+        if step < len(self.prefix):
+            chosen = next((task for task in ready if task.id == self.prefix[step]), None)
+            if chosen is None and not history.problems:
+                history.diverged(f"step {step}: the branch chose {self.prefix[step]}, which could not run; "
+                                 f"ready: {_shown(ready)}")
+        if chosen is None:
+            awake = [task for task in ready if task.id not in self.sleep]
+            chosen = continuing(awake or ready, history)
+        if step >= len(self.prefix) and self.sleep:  # (the sleep set given is the one after the prefix)
+            self.sleep = {task: rank for task, rank in self.sleep.items()
+                          if independent(rank, False, chosen.rank, not chosen.notified)}
+        return chosen
 
 
 def continuing(ready: Sequence[T], history: History) -> T:

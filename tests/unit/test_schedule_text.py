@@ -10,7 +10,7 @@ import pytest
 from rpc_harness import schedule as S
 from rpc_harness.errors import WorldSpecError
 
-USE = "use free, controlled, random, pct, pct:D or replay:..."
+USE = "use free, controlled, random, pct, pct:D, dpor, dfs or replay:..."
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,329 @@
+"""Exhaustive exploration (rpc_harness._schedule.dpor) against the truth, on
+a model of message passing: ranks with memory of their own, tasks (a
+main per rank, a handler per call) that run one step at a time, calls that
+start a handler on another rank and waits for its end. The model takes its
+choices from the real strategy of a branch (``strategies.Branch``) and
+records what the scheduler records (the tasks that could run, the step
+that made the task ready), so the search is driven as a world drives it.
+
+Soundness: on every program here, and on programs Hypothesis writes, DPOR
+reaches every final state that running every interleaving reaches, and the
+naive search runs exactly every interleaving.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rpc_harness import schedule as S
+from rpc_harness._schedule import dpor, strategies
+
+# -- the model ---------------------------------------------------------------------------------
+# A program: rank -> the ops of its main task. Ops, one step each:
+#   ("load", var)             the task's register := the rank's var (0 if unset)
+#   ("store", var, delta)     the rank's var := register + delta
+#   ("append", var, item)     the rank's var gets item at its end
+#   ("call", to, ops)         start a handler running ops on rank `to`
+#   ("wait", n)               wait for the end of this task's n-th call (from 1)
+#   ("sleep",)                a sleep on the schedule's clock: it ends only when no other task can run
+
+
+@dataclass
+class Task:
+    id: str
+    rank: int
+    ops: tuple
+    label: str = "main"
+    point: str = ""
+    notified: bool = True
+    pc: int = 0
+    register: int = 0
+    calls: list[str] = field(default_factory=list)
+    cause: int = -1
+
+
+@dataclass
+class Taken:
+    task: str
+    rank: int
+    ready: tuple[tuple[str, int], ...]
+    cause: int
+    timer: bool = False
+
+
+class History:
+    def __init__(self) -> None:
+        self.steps: list[Taken] = []
+        self.problems: list[str] = []
+        self.last: Task | None = None
+
+    def diverged(self, what: str) -> None:
+        self.problems.append(what)
+
+
+def run(program: dict[int, tuple], choose) -> tuple[list[Taken], tuple, list[str]]:
+    """Run the program to its end, ``choose(ready, history)`` picking each step."""
+    tasks = {f"r{rank}": Task(f"r{rank}", rank, ops) for rank, ops in program.items()}
+    memory: dict[int, dict[str, object]] = {rank: {} for rank in program}
+    ended: dict[str, int] = {}  # task -> its last step
+    history = History()
+
+    def can_run(task: Task) -> bool:
+        if task.pc >= len(task.ops):
+            return False
+        op = task.ops[task.pc]
+        return op[0] not in ("wait", "sleep") or (op[0] == "wait" and task.calls[op[1] - 1] in ended)
+
+    def sleeping(task: Task) -> bool:
+        return task.pc < len(task.ops) and task.ops[task.pc][0] == "sleep"
+
+    while True:
+        ready = sorted((t for t in tasks.values() if can_run(t)), key=lambda t: t.id)
+        timer = not ready
+        if timer:  # the clock moves on only when no task can run
+            ready = sorted((t for t in tasks.values() if sleeping(t)), key=lambda t: t.id)
+            if not ready:
+                break
+            for t in ready:
+                t.notified, t.cause = False, len(history.steps) - 1
+        task = choose(ready, history)
+        op = task.ops[task.pc]
+        cause = task.cause
+        if op[0] == "wait":
+            cause = ended[task.calls[op[1] - 1]]
+        index = len(history.steps)
+        mine = memory[task.rank]
+        if op[0] == "load":
+            task.register = mine.get(op[1], 0)
+        elif op[0] == "store":
+            mine[op[1]] = task.register + op[2]
+        elif op[0] == "append":
+            mine[op[1]] = (*mine.get(op[1], ()), op[2])
+        elif op[0] == "call":
+            handler = f"{task.id}/{len(task.calls) + 1}"
+            task.calls.append(handler)
+            tasks[handler] = Task(handler, op[1], op[2], label="handler", cause=index)
+        task.pc += 1
+        task.cause = -1
+        history.steps.append(Taken(task.id, task.rank, tuple((t.id, t.rank) for t in ready), cause, timer))
+        for t in ready:
+            t.notified = True
+        history.last = task
+        if task.pc >= len(task.ops):
+            ended[task.id] = index
+    outcome = tuple(sorted((rank, tuple(sorted(mem.items()))) for rank, mem in memory.items()))
+    return history.steps, outcome, history.problems
+
+
+def every_interleaving(program: dict[int, tuple]) -> set[tuple]:
+    """The final states of all schedules, by brute force (no search involved)."""
+    outcomes: set[tuple] = set()
+
+    def explore(prefix: list[str]) -> None:
+        choices: list[list[str]] = []
+
+        def choose(ready, history):
+            step = len(history.steps)
+            choices.append([t.id for t in ready])
+            wanted = prefix[step] if step < len(prefix) else ready[0].id
+            return next(t for t in ready if t.id == wanted)
+
+        steps, outcome, _ = run(program, choose)
+        outcomes.add(outcome)
+        for index in range(len(prefix), len(steps)):
+            for other in choices[index][1:]:
+                explore([s.task for s in steps[:index]] + [other])
+
+    explore([])
+    return outcomes
+
+
+def search(program: dict[int, tuple], **options) -> tuple[set[tuple], dpor.Search]:
+    found, outcomes = dpor.Search(**options), set()
+    while (branch := found.next()) is not None:
+        strategy = strategies.make(S.parse(branch.schedule), None)  # type: ignore[arg-type]
+        steps, outcome, problems = run(program, strategy.choose)
+        assert not problems, problems
+        outcomes.add(outcome)
+        assert found.record(branch, steps) is None
+        assert found.runs < 5000, "the search does not end"
+    return outcomes, found
+
+
+def interleavings(program: dict[int, tuple]) -> int:
+    """How many schedules the naive search must run: counted by brute force."""
+    count = 0
+
+    def explore(prefix: list[str]) -> None:
+        nonlocal count
+        seen: list[list[str]] = []
+
+        def choose(ready, history):
+            step = len(history.steps)
+            seen.append([t.id for t in ready])
+            wanted = prefix[step] if step < len(prefix) else ready[0].id
+            return next(t for t in ready if t.id == wanted)
+
+        steps, _, _ = run(program, choose)
+        count += 1
+        for index in range(len(prefix), len(steps)):
+            for other in seen[index][1:]:
+                explore([s.task for s in steps[:index]] + [other])
+
+    explore([])
+    return count
+
+
+# -- programs --------------------------------------------------------------------------------------
+# Three callers each send one message to rank 0, whose handlers append it:
+# every order of the three is an outcome (six), and only their order on rank 0 matters.
+THREE_TO_ONE = {0: (), 1: (("call", 0, (("append", "log", 1),)),), 2: (("call", 0, (("append", "log", 2),)),),
+                3: (("call", 0, (("append", "log", 3),)),)}
+# The lost update: two deposits served on rank 0 read, then write.
+BANK = {0: (), 1: (("call", 0, (("load", "balance"), ("store", "balance", 10))), ("wait", 1)),
+        2: (("call", 0, (("load", "balance"), ("store", "balance", 5))), ("wait", 1))}
+# Ranks that never talk: one schedule is all there is to it.
+APART = {0: (("append", "a", 1), ("append", "a", 2)), 1: (("append", "b", 1), ("append", "b", 2)),
+         2: (("append", "c", 1),)}
+# A pipeline: rank 1 forwards to rank 2 after its own work; rank 0 calls both.
+PIPELINE = {0: (("call", 1, (("append", "x", "a"), ("call", 2, (("append", "y", "a1"),)))),
+                ("call", 2, (("append", "y", "b"),)), ("wait", 1)),
+            1: (("append", "x", "own"),), 2: (("append", "y", "own"),)}
+# A timeout: rank 1 gives up waiting (a sleep on the schedule's clock) and
+# writes on rank 0, racing rank 2's handler there; when the clock fires
+# depends on every other step, so it depends on them all.
+TIMEOUT = {0: (), 1: (("sleep",), ("call", 0, (("append", "log", "late"),))),
+           2: (("append", "own", 1), ("call", 0, (("append", "log", "early"),)), ("sleep",), ("append", "own", 2))}
+PROGRAMS = {"three_to_one": THREE_TO_ONE, "bank": BANK, "apart": APART, "pipeline": PIPELINE, "timeout": TIMEOUT}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_dpor_reaches_every_outcome_that_every_interleaving_reaches(name: str) -> None:
+    program = PROGRAMS[name]
+    truth = every_interleaving(program)
+    reduced, found = search(program)
+    assert reduced == truth
+    assert found.exhausted
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_the_naive_search_runs_every_interleaving_once(name: str) -> None:
+    program = PROGRAMS[name]
+    outcomes, found = search(program, reduce=False)
+    assert found.runs == interleavings(program)
+    assert outcomes == every_interleaving(program)
+    assert found.exhausted
+
+
+def test_the_three_messages_to_one_rank_give_six_orders_and_dpor_runs_fewer_schedules() -> None:
+    outcomes, found = search(THREE_TO_ONE)
+    logs = {dict(dict(outcome)[0])["log"] for outcome in outcomes}
+    assert logs == set(itertools.permutations((1, 2, 3)))
+    naive = interleavings(THREE_TO_ONE)
+    assert found.runs < naive
+
+
+def test_ranks_that_never_talk_take_one_schedule() -> None:
+    _, found = search(APART)
+    assert found.runs == 1
+    assert interleavings(APART) > 1
+
+
+def test_the_lost_update_is_found() -> None:
+    outcomes, _ = search(BANK)
+    balances = {dict(dict(outcome)[0])["balance"] for outcome in outcomes}
+    assert balances == {15, 10, 5}  # both, or one deposit lost
+
+
+def test_a_preemption_bound_cuts_the_search_and_it_is_never_called_exhausted() -> None:
+    outcomes, found = search(BANK, preemption_bound=0)
+    assert found.cut > 0
+    assert not found.exhausted
+    assert outcomes <= every_interleaving(BANK)
+
+
+def test_a_world_that_does_not_show_what_it_showed_before_is_not_deterministic() -> None:
+    found = dpor.Search()
+    first = found.next()
+    strategy = strategies.make(S.parse(first.schedule), None)  # type: ignore[arg-type]
+    steps, _, _ = run(BANK, strategy.choose)
+    assert found.record(first, steps) is None
+    branch = found.next()
+    assert branch is not None and branch.prefix
+    # The same branch, but a task that could run before is missing now.
+    index = len(branch.prefix) - 1
+    changed = [dpor_step if i != index else Taken(dpor_step.task, dpor_step.rank, dpor_step.ready[:1] + (("ghost", 9),),
+                                                  dpor_step.cause)
+               for i, dpor_step in enumerate(run(BANK, strategies.make(S.parse(branch.schedule), None).choose)[0])]  # type: ignore[arg-type]
+    problem = found.record(branch, changed)
+    assert problem is not None and f"step {index}" in problem and "ghost" in problem
+
+
+def test_compare_names_the_step_where_two_runs_of_one_schedule_differ() -> None:
+    steps, _, _ = run(BANK, lambda ready, history: ready[0])
+    assert dpor.compare(steps, steps) is None
+    other = list(steps)
+    other[2] = Taken(other[2].task, other[2].rank, other[2].ready + (("late", 1),), other[2].cause)
+    assert dpor.compare(steps, other).startswith("step 2: the tasks that could run")
+    assert "fewer" not in (dpor.compare(steps, steps[:-1]) or "") and dpor.compare(steps, steps[:-1]) is not None
+
+
+def test_a_branch_never_chooses_a_sleeping_task_while_another_can_run() -> None:
+    branch = strategies.Branch((), (("r1", 1),))
+    history = History()
+    ready = [Task("r1", 1, ()), Task("r2", 2, ())]
+    history.last = ready[0]
+    assert branch.choose(ready, history).id == "r2"
+    # A step of its own rank wakes it.
+    history.steps.append(Taken("r2", 2, (), -1))
+    branch.sleep = {"r1": 2}
+    branch.choose([Task("r1", 1, ()), Task("x", 2, ())], history)
+    assert branch.sleep == {}
+
+
+# -- programs Hypothesis writes ------------------------------------------------------------------------
+
+def _handler_ops() -> st.SearchStrategy:
+    return st.lists(st.one_of(st.tuples(st.just("load"), st.sampled_from(["v", "w"])),
+                              st.tuples(st.just("store"), st.sampled_from(["v", "w"]), st.integers(1, 3)),
+                              st.tuples(st.just("append"), st.just("log"), st.integers(1, 9))),
+                    min_size=1, max_size=2).map(tuple)
+
+
+@st.composite
+def programs(draw) -> dict[int, tuple]:
+    ranks = draw(st.integers(2, 3))
+    program = {}
+    for rank in range(ranks):
+        ops, calls = [], 0
+        for _ in range(draw(st.integers(0, 3))):
+            kind = draw(st.sampled_from(["load", "store", "append", "call", "wait", "sleep"]))
+            if kind == "call":
+                calls += 1
+                ops.append(("call", draw(st.integers(0, ranks - 1)), draw(_handler_ops())))
+            elif kind == "wait" and calls:
+                ops.append(("wait", draw(st.integers(1, calls))))
+            elif kind == "sleep":
+                ops.append(("sleep",))
+            elif kind == "load":
+                ops.append(("load", "v"))
+            elif kind == "store":
+                ops.append(("store", "v", draw(st.integers(1, 3))))
+            else:
+                ops.append(("append", "log", draw(st.integers(1, 9))))
+        program[rank] = tuple(ops)
+    return program
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_dpor_misses_no_outcome_of_programs_hypothesis_writes(program: dict[int, tuple]) -> None:
+    truth = every_interleaving(program)
+    reduced, found = search(program)
+    assert reduced == truth
+    assert found.exhausted
