@@ -1,5 +1,13 @@
 """Exploration: try schedules until one fails, then shrink it.
 
+Two kinds of search. Sampling (``controlled``/``random``, ``pct:D``): a
+new seed's schedule each time, so "none failed" speaks of the schedules
+tried. Exhaustive (``dpor``, and ``dfs`` to measure it against): one seed,
+every schedule that can differ, up to bounds (:mod:`._schedule.dpor`), so
+"exhausted: none failed" speaks of them all; the verdict never says
+exhausted when a bound, a world that lost control or a program that is not
+deterministic under its schedule cut the search.
+
 :func:`explore` runs a world again and again under controlled schedules
 (seeds ``seed``, ``seed + 1``, ...), stops at the first that fails, and
 shrinks that schedule to the fewest preemptions that still fail the same
@@ -16,15 +24,21 @@ scenarios).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import schedule as S
+from ._schedule import dpor
 from .repro import python_call, world_token
 from .result import WorldResult
 
 DEFAULT_SHRINK_RUNS = 40  # worlds shrinking may run
+# Exhaustive search: every Nth schedule is run twice and the two compared
+# step by step (the tasks that ran and could run): a program that is not
+# deterministic under its schedule cannot be explored exhaustively.
+DEFAULT_CHECK_EVERY = 10
 
 
 @dataclass
@@ -64,6 +78,13 @@ class Exploration:
     shrunk: Attempt | None = None  # the failing schedule with the fewest preemptions found
     shrink_runs: int = 0
     replay: list[str] = field(default_factory=list)  # the lines that replay the shrunk schedule
+    # Exhaustive search only (dpor, dfs):
+    exhaustive: bool = False
+    exhausted: bool = False  # every schedule was run, none cut by a bound or lost control
+    cut_by: list[str] = field(default_factory=list)  # what stopped the search short of exhausting it
+    nondeterministic: str = ""  # where a schedule run twice (or a branch) did not show the same world
+    redundant: int = 0  # schedules in which every task that could run slept from some step on
+    checks: int = 0  # schedules run a second time, to check the world is deterministic under them
 
     @property
     def failed(self) -> bool:
@@ -99,12 +120,29 @@ class Exploration:
                           for step, seeds in sorted(at.items()))
         return f"{held}, {len(lost)} lost control ({where})"
 
+    def verdict(self) -> str:
+        """An exhaustive search's verdict, in one line: exhausted or not, and why."""
+        count = f"{len(self.attempts):,} schedule{'s' if len(self.attempts) != 1 else ''}"
+        outcome = "failed" if self.found is not None else "none failed"
+        if self.nondeterministic:
+            return (f"not exhausted: the program is not deterministic under its schedule ({self.nondeterministic}); "
+                    f"stopped after {count}")
+        if self.found is not None:
+            return f"a schedule failed after {count} of {self.strategy} search"
+        if self.exhausted:
+            return f"exhausted: {count} ({self.strategy}), {outcome}"
+        return f"not exhausted: {'; '.join(self.cut_by)}; {count} ({self.strategy}), {outcome}"
+
     def summary(self) -> list[str]:
         """A few lines: what was tried, whether control held, what failed,
         the shrunk schedule."""
         lines = [f"explored {len(self.attempts)} {self.strategy} schedule(s), "
                  f"{len(set(self.digests))} distinct: {self.control_line()}"]
+        if self.exhaustive:
+            lines.append(self.verdict())
         if self.found is None:
+            if self.exhaustive:
+                return lines
             if self.lost:
                 return lines + [f"no schedule failed, but {len(self.lost)} of {len(self.attempts)} world(s) lost "
                                 "control: they ran free from that step on, so their later steps were not explored"]
@@ -141,9 +179,23 @@ def world_signature(world: WorldResult) -> tuple:
 
 
 def explore_runs(run: Callable[[int, str], Attempt], *, seed: int, schedules: int, strategy: str,
-                 shrink: bool = True, shrink_runs: int = DEFAULT_SHRINK_RUNS) -> Exploration:
+                 shrink: bool = True, shrink_runs: int = DEFAULT_SHRINK_RUNS, preemptions: int | None = None,
+                 seconds: float | None = None, check_every: int = DEFAULT_CHECK_EVERY) -> Exploration:
     """Run ``run(seed, schedule)`` with seeds ``seed, seed + 1, ...`` under
-    ``strategy`` until one fails (at most ``schedules``), then shrink it."""
+    ``strategy`` until one fails (at most ``schedules``), then shrink it.
+    An exhaustive ``strategy`` (``dpor``, ``dfs``) runs one seed's schedules
+    instead, each a branch of its search, within the bounds given."""
+    if strategy in S.EXHAUSTIVE:
+        found = _search(run, seed=seed, strategy=strategy, schedules=schedules, preemptions=preemptions,
+                        seconds=seconds, check_every=check_every)
+    else:
+        found = _sample(run, seed=seed, schedules=schedules, strategy=strategy)
+    if found.found is not None and shrink:
+        found.shrunk, found.shrink_runs = _shrink(run, found.found, budget=shrink_runs)
+    return found
+
+
+def _sample(run: Callable[[int, str], Attempt], *, seed: int, schedules: int, strategy: str) -> Exploration:
     found = Exploration(strategy)
     for index in range(schedules):
         attempt = run(seed + index, strategy)
@@ -152,9 +204,70 @@ def explore_runs(run: Callable[[int, str], Attempt], *, seed: int, schedules: in
             found.found = attempt
             break
         attempt.forget()
-    if found.found is not None and shrink:
-        found.shrunk, found.shrink_runs = _shrink(run, found.found, budget=shrink_runs)
     return found
+
+
+def _search(run: Callable[[int, str], Attempt], *, seed: int, strategy: str, schedules: int,
+            preemptions: int | None, seconds: float | None, check_every: int) -> Exploration:
+    """Every schedule of one seed's world that can differ (``dpor``: up to
+    the reordering of steps that commute; ``dfs``: all), until one fails or
+    a bound cuts the search."""
+    found = Exploration(strategy, exhaustive=True)
+    search = dpor.Search(reduce=strategy == "dpor", preemption_bound=preemptions)
+    started = time.monotonic()
+    while True:
+        if len(found.attempts) >= schedules:
+            found.cut_by.append(f"schedule bound {schedules:,}")
+            break
+        if seconds is not None and time.monotonic() - started >= seconds:
+            found.cut_by.append(f"time bound {seconds:g} s")
+            break
+        branch = search.next()
+        if branch is None:
+            break
+        attempt = run(seed, branch.schedule)
+        found.attempts.append(attempt)
+        steps = _controlled_steps(attempt)
+        if attempt.lost_at is not None and "lost control" not in " ".join(found.cut_by):
+            found.cut_by.append(f"a world lost control at step {attempt.lost_at} (its later steps ran free, "
+                                "unexplored)")
+        problem = search.record(branch, steps)
+        if problem is None and attempt.world is not None and attempt.world.problems and \
+                any("diverged" in p for p in attempt.world.problems):
+            problem = next(p for p in attempt.world.problems if "diverged" in p)
+        if problem is not None:
+            found.nondeterministic = problem
+            break
+        if attempt.failed:
+            found.found = attempt
+            break
+        if check_every and search.runs % check_every == 0:
+            problem = _run_twice(run, seed, steps, found)
+            if problem is not None:
+                found.nondeterministic = problem
+                break
+        attempt.forget()
+    if search.cut:
+        found.cut_by.insert(0, f"preemption bound {preemptions} (left out {search.cut:,} branch(es))")
+    found.redundant = search.redundant
+    found.exhausted = search.exhausted and not found.cut_by and found.found is None and not found.nondeterministic
+    return found
+
+
+def _controlled_steps(attempt: Attempt) -> list[S.Step]:
+    """The steps of a world the schedule chose (up to where it lost control)."""
+    steps = attempt.world.schedule if attempt.world is not None else []
+    return steps[:attempt.lost_at] if attempt.lost_at is not None else steps
+
+
+def _run_twice(run: Callable[[int, str], Attempt], seed: int, steps: Sequence[S.Step],
+               found: Exploration) -> str | None:
+    """Run the schedule just run again, and compare the two step by step."""
+    found.checks += 1
+    again = run(seed, dpor.Branch(tuple(step.task for step in steps)).schedule)
+    problem = dpor.compare(steps, _controlled_steps(again))
+    again.forget()
+    return problem
 
 
 def _shrink(run: Callable[[int, str], Attempt], failing: Attempt, *, budget: int) -> tuple[Attempt, int]:
@@ -188,6 +301,9 @@ def explore(
     seed: int = 0,
     shrink: bool = True,
     shrink_runs: int = DEFAULT_SHRINK_RUNS,
+    preemptions: int | None = None,
+    seconds: float | None = None,
+    check_every: int = DEFAULT_CHECK_EVERY,
     names: Sequence[str] | str | None = None,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
@@ -200,6 +316,15 @@ def explore(
     ``random``, ``pct`` or ``pct:D``) with seeds ``seed, seed + 1, ...``,
     stops at the first world that fails (at most ``schedules``), and shrinks
     its schedule to the fewest preemptions that still fail the same way.
+
+    ``strategy="dpor"`` searches exhaustively instead: every schedule of
+    seed ``seed``'s world up to the reordering of steps that commute (steps
+    on different ranks), with sleep sets; ``"dfs"`` runs every schedule, to
+    measure against. Bounds: ``schedules``, ``preemptions`` (a branch that
+    needs more is left out), ``seconds``; :meth:`Exploration.verdict` says
+    "exhausted" only when none cut the search. Every ``check_every``-th
+    schedule is run twice and compared step by step: a program that is not
+    deterministic under its schedule is reported, not explored further.
     ``options`` are world options (faults, deadline, ...), as for
     :func:`rpc_harness.run_world`. Nothing raises for a failing world: the
     :class:`Exploration` says what failed, how to read it and how to replay it.
@@ -211,8 +336,16 @@ def explore(
 
     if "schedule" in options:
         raise WorldSpecError("explore(): give the schedules to try as strategy=, not schedule=")
-    if S.parse(strategy, where="explore(): strategy").kind in ("free", "replay", "guide"):
-        raise WorldSpecError(f"explore(): strategy {strategy!r} explores nothing; use controlled, random or pct:D")
+    kind = S.parse(strategy, where="explore(): strategy").kind
+    if kind in ("free", "replay", "guide") or (kind == "dpor" and strategy not in S.EXHAUSTIVE):
+        raise WorldSpecError(f"explore(): strategy {strategy!r} explores nothing; use controlled, random, pct:D, "
+                             "dpor or dfs")
+    if preemptions is not None and (isinstance(preemptions, bool) or not isinstance(preemptions, int)
+                                    or preemptions < 0):
+        raise WorldSpecError(f"explore(): invalid preemptions {preemptions!r}; use a whole number >= 0, or None")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not seconds > 0):
+        raise WorldSpecError(f"explore(): invalid seconds {seconds!r}; use a number of seconds > 0, or None")
 
     def run(world_seed: int, schedule: str) -> Attempt:
         if spawn:
@@ -224,7 +357,7 @@ def explore(
         return Attempt(world_seed, schedule, world, not world.ok, world_signature(world) if not world.ok else ())
 
     found = explore_runs(run, seed=seed, schedules=schedules, strategy=strategy, shrink=shrink,
-                         shrink_runs=shrink_runs)
+                         shrink_runs=shrink_runs, preemptions=preemptions, seconds=seconds, check_every=check_every)
     best = found.shrunk or found.found
     if best is not None:
         spec = make_spec(entry, world_size, names=names if not spawn or names else None, args=args, kwargs=kwargs,

@@ -132,8 +132,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "refused with exit 2 where CUDA is not available")
     add_option(run, "schedule", default="free",
                help="the order of each world's steps: free (the operating system's, the default), controlled "
-                    "(random), pct or pct:D, or replay:... ; with --repeat N a controlled run explores N schedules, "
-                    "stops at the first that fails and shrinks it")
+                    "(random), pct or pct:D, dpor, or replay:... ; with --repeat N a controlled run explores N "
+                    "schedules (dpor: every schedule that can differ, at most N), stops at the first that fails "
+                    "and shrinks it")
     run.add_argument("--repeat", type=whole_argument, default=1, metavar="N",
                      help="run every world N times, with seeds S, S+1, ..., and count how many failed or hung "
                           "(a soak test of the fault contracts)")

@@ -91,3 +91,26 @@ def pipeline_worker(rank, world_size=3, microbatches=3, work=0.02):
     if rank == 0:
         assert order == list(range(microbatches)), f"pipeline out of order: the last stage got {order}"
     return order
+
+
+# -- messages to one rank -------------------------------------------------------------------
+#
+# Every sender sends one message to the collector, whose handlers append it
+# to a log; the collector returns the log once everyone has left. Every
+# order of the messages is a possible outcome, and only their order at the
+# collector matters: the textbook case for partial-order reduction (no race
+# here fails; ``rpc_harness.explore(strategy="dpor")`` reaches every order).
+
+_log: list[int] = []
+
+
+def note(sender):
+    _log.append(sender)
+
+
+def collector_worker(rank, world_size):
+    rpc.init_rpc("collector" if rank == 0 else f"sender{rank}", rank=rank, world_size=world_size)
+    if rank:
+        rpc.rpc_sync("collector", note, args=(rank,))
+    rpc.shutdown()
+    return list(_log) if rank == 0 else None
