@@ -20,6 +20,9 @@
   takes to fail on each race (a lost update, a pipeline that trusts arrival
   order, the PS tutorial's #780 from a checkout), median and worst over 20
   seeds, with PCT's measured rate against its bound;
+- exhaustive exploration (``explore(strategy="dpor")``): the schedules
+  DPOR runs to exhaust a world against the naive search (cut at a cap),
+  and until it finds each race;
 - with ``--device cuda`` (only that): a 4-rank world's bring-up with CUDA
   against the CPU, an ``rpc_sync`` round trip of a 1 MB tensor along the
   world's device maps against the same tensor on the CPU, and each
@@ -555,6 +558,42 @@ def schedules_until_failure(seeds: int, cap: int) -> dict[str, Any]:
     return {"seeds": seeds, "cap": cap, "rows": rows}
 
 
+def exhaustive_search(cap: int) -> dict[str, Any]:
+    """Exhaustive exploration, counted: for worlds that cannot fail (every
+    sender's message to one collector, in every order), the schedules DPOR
+    runs to exhaust them and the naive search's (cut at ``cap``); for each
+    race, the schedules DPOR runs until it fails (deterministic: one seed)."""
+    from rpc_harness import spawn
+    from rpc_harness.explore import Attempt, explore_runs
+
+    from . import races
+
+    def runner(entry: Any, nprocs: int, args: tuple[Any, ...]) -> Any:
+        def run(seed: int, schedule: str) -> Attempt:
+            world = spawn(entry, args=args, nprocs=nprocs, seed=seed, schedule=schedule, deadline=120, check=False)
+            return Attempt(seed, schedule, world, not world.ok)
+        return run
+
+    rows = []
+    for senders in (2, 3):
+        row: dict[str, Any] = {"program": f"{senders} messages to one rank"}
+        for strategy in ("dpor", "dfs"):
+            started = time.perf_counter()
+            found = explore_runs(runner(races.collector_worker, senders + 1, (senders + 1,)), seed=1,
+                                 schedules=cap, strategy=strategy, shrink=False)
+            row[strategy] = {"schedules": len(found.attempts), "exhausted": found.exhausted,
+                             "verdict": found.verdict(), "seconds": time.perf_counter() - started}
+            print(f"  {row['program']}, {strategy}: {found.verdict()}", flush=True)
+        rows.append(row)
+    for label, entry, nprocs, args, says in race_programs():
+        found = explore_runs(runner(entry, nprocs, args), seed=1, schedules=cap, strategy="dpor", shrink=False)
+        failed = found.found is not None and says in found.found.world.report()  # type: ignore[union-attr]
+        rows.append({"program": label, "dpor": {"schedules": len(found.attempts), "failed": failed,
+                                                "verdict": found.verdict()}})
+        print(f"  {label}, dpor: {found.verdict()}", flush=True)
+    return {"cap": cap, "rows": rows}
+
+
 def _percent(fraction: float) -> str:
     """Two significant figures: PCT's bounds run from tenths of a percent to
     thousandths of one."""
@@ -568,7 +607,8 @@ def _until(row: dict[str, Any]) -> str:
     return f"median {median}, worst {worst}"
 
 
-SECTIONS = ("bring-up", "fixture", "reuse", "failure", "failpoint", "recording", "scenarios", "schedules")
+SECTIONS = ("bring-up", "fixture", "reuse", "failure", "failpoint", "recording", "scenarios", "schedules",
+            "exhaustive")
 
 
 def run_bench(
@@ -618,6 +658,8 @@ def run_bench(
     if "schedules" in only:
         figures["schedule_cost"] = schedule_cost(3 if quick else 10)
         figures["until_failure"] = schedules_until_failure(5 if quick else 20, 3 if quick else 5)
+    if "exhaustive" in only:
+        figures["exhaustive"] = exhaustive_search(30 if quick else 300)
     if "scenarios" in only and not (quick and only == SECTIONS):
         figures["scenarios"] = scenario_rates(scenarios, per_call)
     return _finish(figures, json_path)
@@ -721,6 +763,16 @@ def table(figures: dict[str, Any]) -> str:
             bound = _percent(row["bound"]) if "bound" in row else ""
             lines.append(f"| {row['program']} ({row['steps']}, {row['tasks']}) | {row['strategy']} | {_until(row)} | "
                          f"{row['rate']:.0%} of {row['worlds']} | {bound} |")
+    exhaustive = figures.get("exhaustive")
+    if exhaustive:
+        lines.append("")
+        lines.append(f"Exhaustive exploration (DPOR with sleep sets; the naive search cut at {exhaustive['cap']:,}):")
+        lines.append("")
+        lines.append("| world | DPOR | naive search |")
+        lines.append("|---|---|---|")
+        for row in exhaustive["rows"]:
+            naive = row.get("dfs", {}).get("verdict", "")
+            lines.append(f"| {row['program']} | {row['dpor']['verdict']} | {naive} |")
     device = figures.get("device")
     if device:
         # The "spawn way" column holds the CPU's figure here, the ratio device / CPU time.
