@@ -110,7 +110,9 @@ MODULES: dict[str, list[str]] = {
     # Only cut_short is tested without a world; the rest of _tally is held by
     # tests/world/test_fault_controls.py, which this tool does not run.
     "rpc_harness/_tally.py": ["tests/unit/test_tally.py"],
+    "rpc_harness/_schedule/dpor.py": ["tests/unit/test_dpor.py"],
     "rpc_harness/_schedule/strategies.py": [
+        "tests/unit/test_dpor.py",
         "tests/unit/test_schedule_strategies.py",
         "tests/unit/test_schedule.py",
         "tests/unit/test_scheduler_model.py",
