@@ -231,6 +231,14 @@ def _search(run: Callable[[int, str], Attempt], *, seed: int, strategy: str, sch
         if attempt.lost_at is not None and "lost control" not in " ".join(found.cut_by):
             found.cut_by.append(f"a world lost control at step {attempt.lost_at} (its later steps ran free, "
                                 "unexplored)")
+        if len(steps) < len(branch.prefix) and (attempt.failed or attempt.lost_at is not None):
+            # It ended, or ran free, before its branch's choices: nothing of the
+            # branch was seen, so nothing is recorded (a failure is still one).
+            if attempt.failed:
+                found.found = attempt
+                break
+            attempt.forget()
+            continue
         problem = search.record(branch, steps)
         if problem is None and attempt.world is not None and attempt.world.problems and \
                 any("diverged" in p for p in attempt.world.problems):
