@@ -96,6 +96,39 @@ class EntryRef:
         return obj
 
 
+def import_folder(module_name: str) -> str:
+    """The folder a loaded module's dotted name is imported from (up one
+    level per package in the name), or "" when it is not loaded from a file."""
+    module = sys.modules.get(module_name)
+    if module is None or not getattr(module, "__file__", None):
+        return ""
+    path = os.path.dirname(os.path.abspath(module.__file__))
+    for _ in range(module_name.count(".") + (os.path.basename(module.__file__) == "__init__.py")):
+        path = os.path.dirname(path)
+    return path
+
+
+def found_anywhere(folder: str) -> bool:
+    """Whether a Python process of this environment, started in any folder,
+    imports the modules of ``folder`` without being told where they are:
+    the interpreter's own library folders, or a folder that is not on
+    ``sys.path`` here (its modules came through an import hook, as an
+    editable install's do). A folder that only this process put on
+    ``sys.path`` (pytest's rootdir-relative test folders, a script's own
+    folder, the current folder) is not: a replay elsewhere must add it."""
+    if not folder:
+        return True
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    library = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    library |= {*site.getsitepackages(), site.getusersitepackages()}
+    if folder in {os.path.abspath(path) for path in library if path}:
+        return True
+    return folder not in {os.path.abspath(path) for path in sys.path}  # "" is the current folder
+
+
 def _run_script(path: str) -> dict[str, Any]:
     """Run a script as ``__mp_main__`` and register it under that name, as
     multiprocessing's spawn does for its children: the script's functions

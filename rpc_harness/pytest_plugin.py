@@ -423,6 +423,7 @@ class RpcWorld:
                kwargs: Mapping[str, Any] | None, check: bool, on_progress: Any) -> WorldResult:
         __tracebackhide__ = True
         from ._launcher import raise_for_failures
+        from .entry import import_folder
         from .repro import python_call, replaying, world_token
         from .spec import make_spec
 
@@ -440,11 +441,11 @@ class RpcWorld:
         # What the forkserver imported before this world besides the entry's
         # module: the test module (its import-time setup), the ini's rpc_preload.
         preloaded = [*self._config.getini(PRELOAD_INI), self._request.module.__name__]
-        modules = [(name, _import_folder(name)) for name in dict.fromkeys(preloaded) if name in sys.modules]
+        modules = [(name, import_folder(name)) for name in dict.fromkeys(preloaded) if name in sys.modules]
 
         def replay_lines(spec: Any) -> str:
             ways = [self.repro]
-            token = world_token(spec, path=_import_folder(spec.entry.module), modules=modules)
+            token = world_token(spec, path=import_folder(spec.entry.module), modules=modules)
             if token is not None:
                 ways.append(token.command(deadline=spec.options.deadline))
             ways.append(python_call(spec, modules=modules))
@@ -705,18 +706,6 @@ def _from_invocation(config: pytest.Config, nodeid: str) -> str:
     path, sep, rest = nodeid.partition("::")
     typed = os.path.relpath(config.rootpath / path, config.invocation_params.dir)
     return typed.replace(os.sep, "/") + sep + rest
-
-
-def _import_folder(module_name: str) -> str:
-    """The folder a module's dotted name is imported from (up one level per
-    package in the name), or "" when the module is not loaded from a file."""
-    module = sys.modules.get(module_name)
-    if module is None or not getattr(module, "__file__", None):
-        return ""
-    path = os.path.dirname(os.path.abspath(module.__file__))
-    for _ in range(module_name.count(".") + (os.path.basename(module.__file__) == "__init__.py")):
-        path = os.path.dirname(path)
-    return path
 
 
 def _default_trace_folder(config: pytest.Config) -> str:

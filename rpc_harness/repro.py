@@ -38,6 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .entry import found_anywhere, import_folder
 from .errors import FaultPlanError, ReplayError, WorldSpecError, clip
 from .faults import FaultPlan
 from .options import COMMAND_LINE_DEADLINE, DECLARED, MAX_WORLD_SIZE, WorldOptions
@@ -211,8 +212,18 @@ def python_call(spec: WorldSpec, *, modules: Sequence[tuple[str, str]] = ()) -> 
     for name, value in spec.options.given():
         arguments.append((name, DECLARED[name].plain(value)))
     call = _call(head, arguments)
-    if modules and not call.startswith("("):
+    if call.startswith("("):  # no line: the sentence says why
+        return call
+    if modules:
         call = f"rpc_harness.preload({', '.join(repr(m) for m, _ in modules)}); {call}"
+    # The folders the modules were imported from, where a Python started in
+    # another folder would not look (pytest put tests/ on sys.path): without
+    # them the line failed from the repository's root (outside-user trial).
+    entry_folder = import_folder(spec.entry.module) if spec.entry.main_file is None else ""
+    folders = [folder for folder in dict.fromkeys([entry_folder, *(folder for _, folder in modules)])
+               if not found_anywhere(folder)]
+    if folders:
+        call = f"import sys; sys.path[:0] = {folders!r}; {call}"
     return call
 
 

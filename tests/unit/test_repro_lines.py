@@ -6,6 +6,7 @@ most of repro.py's lines unchecked.)"""
 from __future__ import annotations
 
 import math
+import pathlib
 
 import pytest
 
@@ -16,6 +17,11 @@ from rpc_harness.options import COMMAND_LINE_DEADLINE
 from rpc_harness.spec import make_spec
 
 ENTRY = f"{__name__}:anything"
+# This module is imported from tests/, which pytest put on sys.path: every
+# Python line of its entries puts it there first, or the line fails when run
+# from any other folder.
+TESTS = str(pathlib.Path(__file__).resolve().parents[1])
+ON_PATH = f"import sys; sys.path[:0] = [{TESTS!r}]; "
 
 
 def anything(ctx, *args, **kwargs):
@@ -39,9 +45,9 @@ FULL = dict(
 def test_the_python_call_of_a_run_world_names_everything_it_was_given_in_order():
     assert (
         R.python_call(spec())
-        == f"rpc_harness.run_world({ENTRY!r}, names=['worker0', 'worker1'], seed=5)"
+        == ON_PATH + f"rpc_harness.run_world({ENTRY!r}, names=['worker0', 'worker1'], seed=5)"
     )
-    assert R.python_call(spec(**FULL)) == (
+    assert R.python_call(spec(**FULL)) == ON_PATH + (
         f"rpc_harness.run_world({ENTRY!r}, names=['a', 'b'], args=(1, 'x'), kwargs={{'k': [1, 2]}}, "
         "seed=5, faults='kill:b@x.y#1', fuzz=0.1, env={'A': '1'})"
     )
@@ -49,15 +55,31 @@ def test_the_python_call_of_a_run_world_names_everything_it_was_given_in_order()
 
 def test_the_python_call_preloads_the_modules_the_run_had_imported_first():
     assert R.python_call(spec(**FULL), modules=[("m1", "/f"), ("m2", "/g")]).startswith(
-        f"rpc_harness.preload('m1', 'm2'); rpc_harness.run_world({ENTRY!r}, names=['a', 'b'],"
+        ON_PATH + f"rpc_harness.preload('m1', 'm2'); rpc_harness.run_world({ENTRY!r}, names=['a', 'b'],"
     )
+
+
+def test_the_python_call_puts_first_on_sys_path_only_the_folders_this_process_added(monkeypatch, tmp_path):
+    # A test in tests/ is imported from there because pytest put the folder on
+    # sys.path; a Python line without it failed from the repository's root
+    # with "cannot import module 'test_kill'" (outside-user trial). A
+    # module's folder that is not on sys.path here (found through an import
+    # hook) or one of the interpreter's own needs nothing.
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    monkeypatch.syspath_prepend(str(helpers))
+    line = R.python_call(spec(), modules=[("extra_setup", str(helpers)), ("m1", "/not/on/sys/path")])
+    assert line.startswith(f"import sys; sys.path[:0] = [{TESTS!r}, {str(helpers)!r}]; "
+                           "rpc_harness.preload('extra_setup', 'm1'); rpc_harness.run_world("), line
+    assert R.python_call(make_spec("json:dumps", 2, seed=5)) == (
+        "rpc_harness.run_world('json:dumps', names=['worker0', 'worker1'], seed=5)"), "json is the interpreter's own"
 
 
 def test_the_python_call_of_a_spawned_program_has_its_args_nprocs_and_any_names_given():
-    assert R.python_call(spec(3, spawned=True, args=(4,))) == (
+    assert R.python_call(spec(3, spawned=True, args=(4,))) == ON_PATH + (
         f"rpc_harness.spawn({ENTRY!r}, args=(4,), nprocs=3, seed=5)"
     )
-    assert R.python_call(spec(spawned=True, args=(4,), names=["a", "b"])) == (
+    assert R.python_call(spec(spawned=True, args=(4,), names=["a", "b"])) == ON_PATH + (
         f"rpc_harness.spawn({ENTRY!r}, args=(4,), nprocs=2, names=['a', 'b'], seed=5)"
     )
 

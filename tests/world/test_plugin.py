@@ -556,6 +556,31 @@ def test_fails(rpc_world):
     assert "boom, prepared=yes" in done.stdout and "replay: the failure reproduced" in done.stdout, done.stdout
 
 
+def test_the_python_line_of_a_test_in_a_tests_folder_replays_as_printed_from_the_root_and_elsewhere(
+        pytester, tmp_path):
+    # Run from the repository's root, the line named 'test_kill:ring' and
+    # failed with "cannot import module 'test_kill'": pytest had put tests/
+    # on sys.path, a Python started there has only the root (outside-user trial).
+    tests = pytester.mkdir("tests")
+    (tests / "test_kill.py").write_text("""
+def ring(ctx):
+    if ctx.rank == 1:
+        raise RuntimeError("boom from rank 1")
+
+def test_ring(rpc_world):
+    rpc_world.run(ring, world_size=2)
+""")
+    result = run(pytester, "tests", "--rpc-seed=3")
+    result.assert_outcomes(failed=1)
+    line = re.search(r"^E\s+or: (.*rpc_harness\.run_world\(.*)$", result.stdout.str(), re.M)[1]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for folder in (pytester.path, elsewhere):
+        done = subprocess.run([sys.executable, "-c", f"import rpc_harness\n{line}"], cwd=folder,
+                              capture_output=True, text=True, timeout=240)
+        assert "WorldFailed" in done.stderr and "boom from rank 1" in done.stderr, (folder, line, done.stderr)
+
+
 def test_the_pytest_replay_line_keeps_world_options_set_with_dash_o(pytester):
     # -o rpc_fuzz=0.01 sets the ini key from the command line: a line without
     # it replays a world without fuzz (outside-user trial).
