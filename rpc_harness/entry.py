@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from .errors import WorldSpecError, clip
@@ -87,13 +88,34 @@ class EntryRef:
                 obj = importlib.import_module(self.module)
             except (Exception, SystemExit) as error:  # a script's argparse at import exits
                 what = f"it exited ({error.code})" if isinstance(error, SystemExit) else str(error)
-                raise WorldSpecError(f"{where}: cannot import module {self.module!r}: {what}") from error
+                refused = WorldSpecError(f"{where}: cannot import module {self.module!r}: {what}")
+                # One line, as every refusal: the frames of this method and
+                # of importlib (~40 lines in a pytest report) say nothing of
+                # the user's; only the module's own, where its import failed, do.
+                own = _own_frames(error.__traceback__)
+                if own is None:
+                    raise refused from None
+                raise refused from error.with_traceback(own)
             rest = self.qualname.split(".")
         for part in rest:
             obj = getattr(obj, part, None)
         if obj is None or not callable(obj):
             raise WorldSpecError(f"{where}: {self} does not name a function")
         return obj
+
+
+def _own_frames(traceback: TracebackType | None) -> TracebackType | None:
+    """``traceback`` from its first frame outside this module and importlib:
+    the imported module's own code (None: the import failed before any ran,
+    as when the module is not found)."""
+    importlib_folder = os.path.dirname(importlib.__file__)
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if filename != __file__ and not filename.startswith("<frozen importlib") and (
+                os.path.dirname(filename) != importlib_folder):
+            break
+        traceback = traceback.tb_next
+    return traceback
 
 
 def import_folder(module_name: str) -> str:

@@ -1102,6 +1102,11 @@ BUGS = (
         "    if folders:\n        call = f\"import sys;", "    if False:\n        call = f\"import sys;",
         ("tests/unit/test_repro_lines.py::test_the_python_call_puts_first_on_sys_path_only_the_folders_this_process_added",
          PLUGIN + "test_the_python_line_of_a_test_in_a_tests_folder_replays_as_printed_from_the_root_and_elsewhere")),
+    Bug("a module that is not there is refused with importlib's frames chained", "rpc_harness/entry.py",
+        "                    raise refused from None\n", "                    raise refused from error\n",
+        ("tests/unit/test_launcher.py::test_a_module_that_is_not_there_is_refused_in_one_line_and_a_broken_ones_"
+         "report_shows_only_its_own_frames",
+         PLUGIN + "test_an_entry_whose_module_is_not_there_fails_its_test_with_the_users_line_and_the_refusal_alone")),
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import traceback
 
 import pytest
 import worlds
@@ -68,6 +69,25 @@ def test_entries_must_be_importable_by_name(monkeypatch):
         with pytest.raises(WorldSpecError) as caught:
             rpc_harness.run_world(entry, world_size=2)
         assert message in str(caught.value)
+
+
+def test_a_module_that_is_not_there_is_refused_in_one_line_and_a_broken_ones_report_shows_only_its_own_frames(
+        monkeypatch, tmp_path):
+    # The refusal of "nomodule:fn" printed ~40 lines of the harness's and
+    # importlib's frames before its own line (outside-user trial).
+    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    for entry, setup in (("no_such_module_xyz:f", None), (worlds.identity, "no_such_module_xyz:prepare")):
+        with pytest.raises(WorldSpecError, match="cannot import module 'no_such_module_xyz'") as caught:
+            rpc_harness.run_world(entry, world_size=2, setup=setup)
+        assert caught.value.__cause__ is None and caught.value.__suppress_context__, "nothing chained to it"
+    # A module that fails as it is imported: where in it is the user's to see, and only that.
+    broken = tmp_path / "broken_at_import.py"
+    broken.write_text("import os\nraise RuntimeError('broken here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(WorldSpecError, match="cannot import module 'broken_at_import': broken here") as caught:
+        rpc_harness.run_world("broken_at_import:f", world_size=2)
+    frames = traceback.extract_tb(caught.value.__cause__.__traceback__)
+    assert [(frame.filename, frame.lineno) for frame in frames] == [(str(broken), 2)]
 
 
 def test_arguments_that_cannot_be_pickled_are_refused_before_any_process_starts(monkeypatch):

@@ -258,6 +258,21 @@ def test_bad_names(rpc_world):
     result.assert_outcomes(failed=2, errors=1)
 
 
+def test_an_entry_whose_module_is_not_there_fails_its_test_with_the_users_line_and_the_refusal_alone(pytester):
+    # ~40 lines of the harness's and importlib's frames came first (outside-user trial).
+    pytester.makepyfile('def test_nomodule(rpc_world):\n    rpc_world.run("nomodule:fn", world_size=2)\n')
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    report = out[out.index("_ test_nomodule _"):out.index("short test summary")]
+    assert "importlib" not in report and "entry.py" not in report, report
+    assert [line for line in report.splitlines() if line.startswith(("E ", ">"))] == [
+        '>       rpc_world.run("nomodule:fn", world_size=2)',
+        "E       rpc_harness.errors.WorldSpecError: rpc_world.run() in test_an_entry_whose_module_is_not_there_fails_"
+        "its_test_with_the_users_line_and_the_refusal_alone.py::test_nomodule: entry: cannot import module "
+        "'nomodule': No module named 'nomodule'"], report
+
+
 def test_ini_deadline_applies(pytester):
     pytester.makeini("[pytest]\nrpc_deadline = 2\n")
     pytester.makepyfile(
