@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ _results_key = pytest.StashKey[list]()
 _asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this session
 _strict_key = pytest.StashKey[bool]()  # --rpc-schedule-strict, or the ini's rpc_schedule_strict
 _traces_key = pytest.StashKey[str]()  # the default trace folder when pytest's cache is off
+_interrupted_key = pytest.StashKey[list]()  # what a Ctrl-C (or SIGTERM) stopped: see interrupted_world
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -452,10 +454,18 @@ class RpcWorld:
             return "\n    or: ".join(ways)
 
         self._refuse(spec)
-        # A world that a test timeout (pytest-timeout's signal method) ends
-        # is reported too: every rank's stacks, the replay line.
-        result = self._launch(dataclasses.replace(spec, repro=replay_lines(spec)), on_progress=on_progress,
-                              on_interrupted=self.results.append)
+        spec = dataclasses.replace(spec, repro=replay_lines(spec))
+        started = time.monotonic()
+        try:
+            # A world that a test timeout (pytest-timeout's signal method)
+            # ends is reported too: every rank's stacks, the replay line.
+            result = self._launch(spec, on_progress=on_progress, on_interrupted=self.results.append)
+        except KeyboardInterrupt as interrupt:
+            # pytest itself prints a bare KeyboardInterrupt and a frame of
+            # the harness's: the session's summary names the world instead.
+            self._config.stash.setdefault(_interrupted_key, []).append(interrupted_world(
+                interrupt, self._request.node.nodeid, len(self.results), spec, time.monotonic() - started))
+            raise
         if result.schedule:  # a controlled world: the token and the Python line take its steps exactly
             result.repro = replay_lines(replaying(spec, result.schedule))
         self.results.append(result)
@@ -625,6 +635,36 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             report.sections.append((f"{prefix}trace", f"Chrome trace (open in Perfetto): {trace}\n"
                                                       f"Timeline picture: {timeline}"))
     report.sections.append(("rpc-harness replay", _pytest_line_of(item) + _hypothesis_note(item)))
+
+
+def interrupted_world(interrupt: KeyboardInterrupt, nodeid: str, index: int, spec: Any, elapsed: float) -> str:
+    """What the session's summary says of a world that Ctrl-C (or SIGTERM)
+    stopped: its test, ranks and age, and its replay lines."""
+    names = list(spec.names)
+    ranks = ", ".join(names) if len(names) <= 4 else f"{names[0]}, {names[1]}, ..., {names[-1]}"
+    what = "SIGTERM" if str(interrupt) == "SIGTERM" else "Ctrl-C"
+    return (f"{what} stopped rpc world {index} of {nodeid} after {elapsed:.1f} s: {len(names)} ranks ({ranks}), "
+            f"seed {spec.seed}\nReplay: {spec.repro}")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    interrupted = config.stash.get(_interrupted_key, [])
+    if interrupted:
+        terminalreporter.write_sep("!", "rpc-harness: interrupted")
+        for text in interrupted:
+            terminalreporter.write_line(text)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workerinput = getattr(session.config, "workerinput", None)
+    interrupted = session.config.stash.get(_interrupted_key, [])
+    if workerinput is not None and interrupted:
+        # An xdist worker has no terminal summary, and its controller,
+        # interrupted too, does not wait for its reports: its stderr is the
+        # terminal's.
+        worker = workerinput.get("workerid", "worker")
+        sys.stderr.write("".join(f"\n[{worker}] rpc-harness: {text}\n" for text in interrupted))
+        sys.stderr.flush()
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -1107,6 +1107,12 @@ BUGS = (
         ("tests/unit/test_launcher.py::test_a_module_that_is_not_there_is_refused_in_one_line_and_a_broken_ones_"
          "report_shows_only_its_own_frames",
          PLUGIN + "test_an_entry_whose_module_is_not_there_fails_its_test_with_the_users_line_and_the_refusal_alone")),
+    Bug("Ctrl-C's summary does not name the world it stopped", "rpc_harness/pytest_plugin.py",
+        '    if interrupted:\n        terminalreporter.write_sep("!"', '    if False:\n        terminalreporter.write_sep("!"',
+        (INT + "test_ctrl_c_inside_a_world_names_the_world_its_age_and_its_replay_lines[False]",)),
+    Bug("an xdist worker does not say which world Ctrl-C stopped", "rpc_harness/pytest_plugin.py",
+        "    if workerinput is not None and interrupted:", "    if False:",
+        (INT + "test_ctrl_c_inside_a_world_names_the_world_its_age_and_its_replay_lines[True]",)),
 )
 
 

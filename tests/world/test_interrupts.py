@@ -209,3 +209,42 @@ def pytest_sessionfinish(session):
         assert [p for p in os.listdir(short_tmp) if p.startswith(("pymp-", "rpc-world-"))] == []
     finally:
         finish(pytester, proc, pids)
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_ctrl_c_inside_a_world_names_the_world_its_age_and_its_replay_lines(pytester, short_tmp, xdist):
+    # pytest alone printed a bare KeyboardInterrupt and a line of
+    # multiprocessing's: which world, how long it had run and how to get it
+    # back were not said (outside-user trial). An xdist worker has no
+    # terminal summary: it says so on its stderr, the terminal's.
+    ranks = pytester.path / "ranks"
+    ranks.mkdir()
+    pytester.makepyfile(test_worlds=f"""
+import os, time
+
+def waits(ctx):
+    open(os.path.join({str(ranks)!r}, str(ctx.rank)), "w").close()
+    time.sleep(600)
+
+def test_waits(rpc_world):
+    rpc_world.run(waits, world_size=3, deadline=600)
+""")
+    proc = start(pytester, short_tmp, "--rpc-seed=5", *(["-n", "1"] if xdist else []))
+    try:
+        wait_for(lambda: len(os.listdir(ranks)) == 3, proc, pytester)
+        time.sleep(1.0)  # an age of at least a second, which the line must show
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the session's whole group
+        proc.wait(timeout=120)
+        out = (pytester.path / "session.log").read_text()
+        assert proc.returncode == 2, out  # pytest's for an interrupted session
+        head = r"^\[gw0\] rpc-harness: " if xdist else r"^!+ rpc-harness: interrupted !+\n"
+        said = re.search(head + r"Ctrl-C stopped rpc world 0 of test_worlds.py::test_waits "
+                         r"after (\d+\.\d) s: 3 ranks \(worker0, worker1, worker2\), seed \d+\n"
+                         r"Replay: pytest test_worlds.py::test_waits --rpc-seed=5\n"
+                         r"    or: rpc-harness replay rpch1_\S+ --deadline 600\n"
+                         r"    or: import sys; .*rpc_harness.run_world\('test_worlds:waits'", out, re.M)
+        assert said, out
+        assert float(said[1]) >= 1.0, out
+        assert out.index(said[0]) < out.index("!! KeyboardInterrupt !!"), "before pytest's own"
+    finally:
+        finish(pytester, proc, pytester.mkdir("no_forkservers"))  # (the ranks folder holds ranks, not pids)
