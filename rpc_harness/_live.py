@@ -44,6 +44,7 @@ from ._clean import RULES
 from ._launcher import cuda_report, forkserver_context, rank_starter, running, world_namespace
 from ._supervisor import Supervisor
 from .context import events_written, read_event_lines
+from .errors import WorldSpecError
 from .faults import FaultPlan
 from .options import DEFAULT_DEADLINE
 from .progress import WORLD_ENDED, WORLD_UP, Progress
@@ -374,6 +375,21 @@ class WorldPool:
         """Close every live world."""
         while self._worlds:
             self._worlds.popitem()[1].close()
+
+
+def run_in_reused_world(spec: WorldSpec, label: str) -> WorldResult:
+    """Run ``spec``'s entry as the first of a live world brought up for it,
+    its rules checked after it, then close the world: how a token of an
+    entry of a reused world replays a broken rule, which a fresh world
+    (``run_world``) never checks."""
+    reason = refusal(spec)
+    if reason is not None:
+        raise WorldSpecError(f"{label}: {reason}: it cannot run in a reused world")
+    pool = WorldPool(limit=1)
+    try:
+        return pool.run(spec, label)
+    finally:
+        pool.close()
 
 
 # Every live world of this process, closed at its exit at the latest.

@@ -337,6 +337,7 @@ class RpcWorld:
     """
 
     _fixture = "rpc_world"  # the fixture's name, as errors name it
+    _reused = False  # whether its worlds are reused ones (their tokens replay in one)
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
         __tracebackhide__ = True  # a bad marker: its message says what and where
@@ -447,10 +448,13 @@ class RpcWorld:
 
         def replay_lines(spec: Any) -> str:
             ways = [self.repro]
-            token = world_token(spec, path=import_folder(spec.entry.module), modules=modules)
+            token = world_token(spec, path=import_folder(spec.entry.module), modules=modules, reused=self._reused)
             if token is not None:
                 ways.append(token.command(deadline=spec.options.deadline))
-            ways.append(python_call(spec, modules=modules))
+            call = python_call(spec, modules=modules)
+            if self._reused and not call.startswith("("):
+                call += "  # in a fresh world, where no rule of a reused world is checked"
+            ways.append(call)
             return "\n    or: ".join(ways)
 
         self._refuse(spec)
@@ -515,6 +519,7 @@ class ReusedRpcWorld(RpcWorld):
         super().__init__(request)
         self._pool = pool
         self._fixture = f"rpc_world_{scope}"
+        self._reused = True
 
     def _refuse(self, spec: Any) -> None:
         __tracebackhide__ = True

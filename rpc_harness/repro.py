@@ -56,7 +56,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_\-:]{1,128}$")
 _SCENARIO_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _MAX_TOKEN = 1 << 20  # a token longer than this is not one we printed
 # The token fields that are not world options (those are named in options.py).
-_SHAPE_FIELDS = {"n", "s", "e", "k", "names", "c", "p", "a", "w", "m"}
+_SHAPE_FIELDS = {"n", "s", "e", "k", "names", "c", "p", "a", "w", "m", "r"}
 _OPTION_BY_FIELD = {option.token: name for name, option in DECLARED.items() if option.token}
 
 
@@ -66,7 +66,9 @@ class Repro:
 
     ``options`` holds the world options a token carries (by name, checked;
     defaults are left out), ``modules`` the ``(module, folder)`` pairs the
-    original run had imported before its world, in order.
+    original run had imported before its world, in order; ``reused`` that
+    the entry ran in a reused world (``rpc_world_module``,
+    ``rpc_world_session``), whose rules a replay checks after it too.
     """
 
     world_size: int
@@ -81,6 +83,7 @@ class Repro:
     kwargs: dict[str, Any] = field(default_factory=dict)
     modules: tuple[tuple[str, str], ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    reused: bool = False
 
     def __post_init__(self) -> None:
         if (self.scenario is None) == (self.entry is None):
@@ -138,6 +141,8 @@ class Repro:
             data["w"] = self.kwargs
         if self.modules:
             data["m"] = [list(pair) for pair in self.modules]
+        if self.reused:
+            data["r"] = True
         for name, value in self.options.items():
             option = DECLARED[name]
             data[option.token] = option.plain(value)  # type: ignore[index]
@@ -168,17 +173,19 @@ def pytest_line(nodeid: str | Sequence[str], session_seed: int, flags: Sequence[
     return f"pytest {ids} {SEED_FLAG}={session_seed}{given}"
 
 
-def world_token(spec: WorldSpec, *, path: str = "", modules: Sequence[tuple[str, str]] = ()) -> Repro | None:
+def world_token(spec: WorldSpec, *, path: str = "", modules: Sequence[tuple[str, str]] = (),
+                reused: bool = False) -> Repro | None:
     """The token of a world whose arguments are plain data (None otherwise:
     a token cannot carry them). ``path`` is the folder its entry's module is
-    imported from; ``modules`` what the run had imported before the world."""
+    imported from; ``modules`` what the run had imported before the world;
+    ``reused``: the entry ran in a reused world."""
     kwargs = dict(spec.kwargs)
     if not plain_data(spec.args) or not plain_data(kwargs):
         return None
     options = {name: value for name, value in spec.options.given() if DECLARED[name].token and name != "seed"}
     return Repro(world_size=spec.world_size, seed=spec.seed, entry=str(spec.entry),
                  names=spec.names if all(spec.names) else (), path=path, spawned=spec.spawned,
-                 args=spec.args, kwargs=kwargs, modules=tuple(modules), options=options)
+                 args=spec.args, kwargs=kwargs, modules=tuple(modules), options=options, reused=reused)
 
 
 def replaying(spec: WorldSpec, steps: Sequence[Any]) -> WorldSpec:
@@ -372,8 +379,15 @@ def _from_fields(data: Any) -> Repro:
                     options[name] = DECLARED[name].check(data[key], f"repro token field {key!r}")
                 except (WorldSpecError, FaultPlanError) as error:
                     raise ReplayError(str(error)) from None
+    reused = data.get("r", False)
+    if not isinstance(reused, bool):
+        raise ReplayError(f"repro token field 'r' is {clip(reused)}; expected true (an entry of a reused world) "
+                          "or nothing")
+    if reused and (entry is None or kind == "spawn"):
+        raise ReplayError("repro token field 'r' marks an entry of a reused world, but the token names a "
+                          f"{'scenario' if entry is None else 'spawned program'}, which no reused world runs")
     seed = options.pop("seed")
-    return Repro(world_size=n, seed=seed, scenario=scenario, entry=entry, names=tuple(names), config=config,
+    return Repro(reused=reused, world_size=n, seed=seed, scenario=scenario, entry=entry, names=tuple(names), config=config,
                  path=path, spawned=kind == "spawn", args=tuple(args), kwargs=kwargs,
                  modules=tuple((m, folder) for m, folder in modules), options=options)
 

@@ -568,12 +568,26 @@ def _replay_entry(repro: Repro, deadline: float) -> int:
     if repro.spawned:
         result = spawn(repro.entry or "", args=repro.args, nprocs=repro.world_size, names=repro.names or None,
                        **common)
+    elif repro.reused:
+        # An entry of a reused world: replayed in one, as the first entry of
+        # a live world, whose rules are checked after it (in a fresh world a
+        # broken rule passed, and read as a flaky test).
+        from rpc_harness._live import run_in_reused_world
+        from rpc_harness.spec import make_spec
+
+        del common["check"]
+        spec = make_spec(repro.entry or "", repro.world_size, names=repro.names or None, args=repro.args,
+                         where="repro token", **common)
+        result = run_in_reused_world(spec, "the token's entry")
     else:
         result = run_world(repro.entry or "", names=repro.names or None, world_size=repro.world_size,
                            args=repro.args, **common)
     print(result.report())
     if result.ok:
-        print("replay: the world did NOT fail this time: the failure does not reproduce from this token")
+        print("replay: the world did NOT fail this time: the failure does not reproduce from this token"
+              + (" (its entry ran first in a reused world, as the pytest line replays it alone; one that needs "
+                 "what earlier entries left is replayed by the pytest line that runs them before it)"
+                 if repro.reused else ""))
         return 0
     print("replay: the failure reproduced")
     return 1

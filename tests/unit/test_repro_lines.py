@@ -115,6 +115,15 @@ def test_a_worlds_token_carries_its_shape_arguments_folder_modules_and_options()
     assert R.decode(repro.token()) == repro
 
 
+def test_the_token_of_an_entry_of_a_reused_world_says_so_and_reads_back_so():
+    # Replayed in a fresh world, a broken rule of a reused world passed: the
+    # token says "does not reproduce", read as a flaky test (outside-user trial).
+    reused = R.world_token(spec(), reused=True)
+    assert reused.reused and R.decode(reused.token()) == reused
+    plain = R.world_token(spec())
+    assert not plain.reused and not R.decode(plain.token()).reused and plain.token() != reused.token()
+
+
 def test_a_spawned_worlds_token_keeps_names_only_when_they_were_given():
     assert R.world_token(spec(3, spawned=True, args=(4,))).names == ()
     named = R.world_token(spec(spawned=True, args=(4,), names=["a", "b"]))
@@ -336,6 +345,11 @@ VALID = {"n": 2, "seed": 1, "e": "m:f"}
         ),
         ({**VALID, "c": [1]}, "repro token field 'c' must map config field names to plain values"),
         ({**VALID, "p": 3}, "repro token field 'p' must be a folder's path"),
+        ({**VALID, "r": 1}, "repro token field 'r' is 1; expected true (an entry of a reused world) or nothing"),
+        ({**VALID, "r": True, "k": "spawn"}, "repro token field 'r' marks an entry of a reused world, but the "
+                                             "token names a spawned program, which no reused world runs"),
+        ({"n": 2, "seed": 1, "s": "ps", "r": True}, "repro token field 'r' marks an entry of a reused world, but "
+                                                    "the token names a scenario, which no reused world runs"),
     ],
 )
 def test_a_crafted_token_is_refused_naming_the_field(data, message):

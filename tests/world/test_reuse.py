@@ -252,6 +252,27 @@ def test_d(rpc_world_module):
         assert "brought up for this entry" in replayed
 
 
+def test_the_token_of_an_entry_that_broke_a_rule_replays_it_in_a_reused_world(pytester, tmp_path):
+    # The token ran the entry in a fresh world, where no rule is checked: it
+    # passed, and said "does not reproduce", read as a flaky test (outside-user trial).
+    pytester.makepyfile(ENTRIES + """
+def test_dirty(rpc_world_module):
+    rpc_world_module.run(keeps_an_rref, world_size=2)
+""")
+    failure = failure_section(run(pytester).stdout.str(), "test_dirty")
+    token = re.search(r"or: rpc-harness replay (rpch1_\S+)", failure)[1]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "rpc_harness", "replay", token, "--deadline", "60"],
+                          cwd=elsewhere, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 1, done.stdout + done.stderr  # 1: the failure reproduced
+    assert re.search(r"rule rrefs .*: rank 1 \(worker1\) owns 1 RRef", done.stdout), done.stdout
+    assert "replay: the failure reproduced" in done.stdout, done.stdout
+    # The Python line runs the entry with run_world, in a fresh world: it says so.
+    assert re.search(r"^E\s+or: .*rpc_harness\.run_world\(.*\)  # in a fresh world, where no rule of a reused "
+                     r"world is checked$", failure, re.M), failure
+
+
 def test_a_kill_a_hang_and_a_failure_each_end_the_world(pytester):
     pytester.makepyfile(ENTRIES + """
 import pytest
