@@ -208,11 +208,15 @@ def check_schedule(value: Any, where: str) -> str:
 # What a test may say it expects of a world beyond the defaults (``expect=``).
 EXPECTATIONS = {
     "unfinished": "a planned kill may end a spawned program: no surviving rank need run its own part past it",
+    # None is "not given" at every door, so a call's expect=None leaves the
+    # marker's in force: this is how a call takes it back.
+    "nothing": "nothing beyond the defaults, whatever the test's rpc_world marker expects",
 }
 
 
-def check_expect(value: Any, where: str) -> str:
-    return _one_of("expect", EXPECTATIONS, value, where)
+def check_expect(value: Any, where: str) -> str | None:
+    expected = _one_of("expect", EXPECTATIONS, value, where)
+    return None if expected == "nothing" else expected
 
 
 def parse_number(text: str) -> float:
@@ -380,7 +384,8 @@ class WorldOptions:
     expect: str | None = option(
         None, check=check_expect, parse=str, marker=True, token="ex",
         help="what the world may do that would otherwise fail it: 'unfinished' (a planned kill may end a spawned "
-             "program, so that no surviving rank runs its own part of it past the kill)")
+             "program, so that no surviving rank runs its own part of it past the kill), or 'nothing' (the "
+             "default; a call's expect='nothing' takes back its rpc_world marker's, which expect=None leaves)")
 
     @property
     def schedule_spec(self) -> ScheduleSpec:

@@ -582,7 +582,7 @@ def _replay_entry(repro: Repro, deadline: float) -> int:
     else:
         result = run_world(repro.entry or "", names=repro.names or None, world_size=repro.world_size,
                            args=repro.args, **common)
-    print(result.report())
+    print(result.report(replay=not result.ok))  # a world that did not fail has nothing to replay
     if result.ok:
         print("replay: the world did NOT fail this time: the failure does not reproduce from this token"
               + (" (its entry ran first in a reused world, as the pytest line replays it alone; one that needs "

@@ -180,6 +180,23 @@ def test_every_option_given_to_the_fixture_reaches_the_world(rpc_world, monkeypa
     assert launched[0].options == expected
 
 
+@pytest.mark.rpc_world(expect="unfinished")
+def test_a_calls_expect_nothing_takes_back_its_markers_expect(rpc_world, monkeypatch):
+    # expect=None is "not given", as for every option, and leaves the
+    # marker's in force: a call had no way to take it back (outside-user trial).
+    launched = []
+
+    def launch(spec, **_):
+        launched.append(spec.options.expect)
+        raise _Launched
+
+    monkeypatch.setattr("rpc_harness._launcher.launch", launch)
+    for expect in (None, "nothing"):
+        with pytest.raises(_Launched):
+            rpc_world.spawn("programs.echo:run_worker", args=(2,), nprocs=2, expect=expect)
+    assert launched == ["unfinished", None]
+
+
 # -- every numeric option, at its edges, through every door it has ------------------------
 #
 # The rule (README): budgets are seconds, finite, above 0 and at most a week;

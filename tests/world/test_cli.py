@@ -8,6 +8,7 @@ import re
 import pytest
 
 from rpc_harness.apps.cli import main
+from rpc_harness.repro import Repro
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -93,6 +94,16 @@ def test_a_failing_run_exits_1_with_a_replay_line_that_reproduces(capsys):
     assert "the failure reproduced" in capsys.readouterr().out
 
 
+def test_a_token_replay_that_passes_prints_no_replay_line(capsys):
+    # A world that did not fail printed "Replay: ..." all the same, as if it
+    # were a failure's report (outside-user trial).
+    token = Repro(world_size=2, seed=1, entry="worlds:identity").token()
+    assert main(["replay", token, "--deadline", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "rpc world ok" in out and "the failure does not reproduce from this token" in out, out
+    assert "Replay:" not in out, out
+
+
 def test_a_sigtermed_run_stops_its_world_and_exits_130_leaving_nothing(short_tmp):
     import os
     import signal
@@ -145,6 +156,7 @@ def test_run_under_a_controlled_schedule_explores_the_schedules_it_is_asked_for(
 NO_TORCH_DRIVER = """
 import json, sys
 from rpc_harness.apps.cli import main
+from rpc_harness.repro import Repro
 seen = []
 for argv in json.loads(sys.argv[1]):
     code = main(["run", *argv, "--progress", "off"])
