@@ -55,18 +55,21 @@ CHECK_BUDGET = 15.0  # seconds every rank has to answer a cleanliness check (it 
 DEFAULT_LIMIT = 2  # live worlds a pool keeps at once; the least recently used is closed first
 
 
-def refusal(spec: WorldSpec) -> str | None:
-    """Why ``spec`` cannot run in a reused world (None: it can)."""
+def refusal(spec: WorldSpec) -> tuple[str, str] | None:
+    """Why ``spec`` cannot run in a reused world, as the world option that
+    asks for what it cannot do ("" for ``spawn``, which is not one) and a
+    sentence; None: it can."""
     if spec.spawned:
-        return "a program that calls init_rpc and rpc.shutdown itself (spawn) needs a world of its own"
+        return "", "a program that calls init_rpc and rpc.shutdown itself (spawn) needs a world of its own"
     if spec.options.schedule_spec.controlled:
-        return (f"a controlled schedule ({spec.options.schedule}) orders every step of a whole world, "
-                "from its bring-up on")
+        return "schedule", (f"a controlled schedule ({spec.options.schedule}) orders every step of a whole world, "
+                            "from its bring-up on")
     if spec.options.fuzz:
-        return "schedule fuzzing delays the agent's own sends, which are set up once, at init_rpc"
+        return "fuzz", "schedule fuzzing delays the agent's own sends, which are set up once, at init_rpc"
     messages = [str(fault) for fault in spec.options.faults if not fault.traits.at_failpoint]
     if messages:
-        return (f"message faults ({', '.join(messages)}) need torch's faulty agent, built for them at init_rpc")
+        return "faults", (f"message faults ({', '.join(messages)}) need torch's faulty agent, built for them at "
+                          "init_rpc")
     return None
 
 
@@ -382,9 +385,9 @@ def run_in_reused_world(spec: WorldSpec, label: str) -> WorldResult:
     its rules checked after it, then close the world: how a token of an
     entry of a reused world replays a broken rule, which a fresh world
     (``run_world``) never checks."""
-    reason = refusal(spec)
-    if reason is not None:
-        raise WorldSpecError(f"{label}: {reason}: it cannot run in a reused world")
+    refused = refusal(spec)
+    if refused is not None:
+        raise WorldSpecError(f"{label}: {refused[1]}: it cannot run in a reused world")
     pool = WorldPool(limit=1)
     try:
         return pool.run(spec, label)

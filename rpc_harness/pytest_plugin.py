@@ -457,7 +457,7 @@ class RpcWorld:
             ways.append(call)
             return "\n    or: ".join(ways)
 
-        self._refuse(spec)
+        self._refuse(spec, settings.sources)
         spec = dataclasses.replace(spec, repro=replay_lines(spec))
         started = time.monotonic()
         try:
@@ -488,8 +488,9 @@ class RpcWorld:
             raise ControlLost(result, f"{STRICT_OPTION}: {lost}\nReplay: {result.repro}")
         return result
 
-    def _refuse(self, spec: Any) -> None:
-        """Raise for a world this fixture cannot run (``rpc_world`` runs any)."""
+    def _refuse(self, spec: Any, sources: Mapping[str, str]) -> None:
+        """Raise for a world this fixture cannot run (``rpc_world`` runs any);
+        ``sources`` says where each option came from."""
 
     def _launch(self, spec: Any, *, on_progress: Any, on_interrupted: Callable[[WorldResult], None]) -> WorldResult:
         """Run one world of this test: a fresh one (``rpc_world``)."""
@@ -521,15 +522,22 @@ class ReusedRpcWorld(RpcWorld):
         self._fixture = f"rpc_world_{scope}"
         self._reused = True
 
-    def _refuse(self, spec: Any) -> None:
+    def _refuse(self, spec: Any, sources: Mapping[str, str]) -> None:
         __tracebackhide__ = True
         from ._live import refusal
         from .errors import WorldSpecError
 
-        reason = refusal(spec)
-        if reason is not None:
-            raise WorldSpecError(f"{self._fixture} in {self._request.node.nodeid}: {reason}: it cannot run in a "
-                                 "reused world; use the rpc_world fixture for this test")
+        refused = refusal(spec)
+        if refused is None:
+            return
+        option, reason = refused
+        where = sources.get(option, "argument")
+        # A session's flag or ini key applies to every world, reused ones
+        # too: the error names it, or it reads as the test's own doing.
+        given = "" if where == "argument" else f" (set by {where})"
+        instead = f", or run it without {where}" if where.startswith(("--", "ini ")) else ""
+        raise WorldSpecError(f"{self._fixture} in {self._request.node.nodeid}: {reason}{given}: it cannot run in a "
+                             f"reused world; use the rpc_world fixture for this test{instead}")
 
     def _launch(self, spec: Any, *, on_progress: Any, on_interrupted: Callable[[WorldResult], None]) -> WorldResult:
         before = self._pool.history(spec)

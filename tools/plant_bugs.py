@@ -1122,6 +1122,9 @@ BUGS = (
     Bug("a call's expect='nothing' does not take back its marker's", "rpc_harness/options.py",
         '    return None if expected == "nothing" else expected', "    return expected",
         (OPT + "test_a_calls_expect_nothing_takes_back_its_markers_expect",)),
+    Bug("a reused world's refusal does not name the session flag that asked for it", "rpc_harness/pytest_plugin.py",
+        '        given = "" if where == "argument" else f" (set by {where})"', '        given = ""',
+        (RW + "test_a_session_wide_option_a_reused_world_cannot_run_is_named_where_it_was_set",)),
 )
 
 

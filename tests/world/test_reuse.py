@@ -433,6 +433,25 @@ def test_shutdown_in_an_entry_fails_it(rpc_world_session):
     result.assert_outcomes(passed=5)
 
 
+@pytest.mark.parametrize(("args", "ini", "said"), [
+    (["--rpc-fuzz=0.01"], "", r"schedule fuzzing .* \(set by --rpc-fuzz\): it cannot run in a reused world; use "
+                              r"the rpc_world fixture for this test, or run it without --rpc-fuzz$"),
+    ([], "rpc_schedule = controlled", r"a controlled schedule \(controlled\) .* \(set by ini rpc_schedule\): it "
+                                      r"cannot run in a reused world; .*, or run it without ini rpc_schedule$"),
+])
+def test_a_session_wide_option_a_reused_world_cannot_run_is_named_where_it_was_set(pytester, args, ini, said):
+    # The refusal read as the test's own doing: nothing named --rpc-fuzz (outside-user trial).
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(ENTRIES + """
+def test_reused(rpc_world_module):
+    rpc_world_module.run(pid, world_size=2)
+""")
+    result = run(pytester, *args)
+    result.assert_outcomes(failed=1)
+    assert re.search(r"^E\s+rpc_harness.errors.WorldSpecError: rpc_world_module in \S+::test_reused: " + said,
+                     result.stdout.str(), re.M), result.stdout.str()
+
+
 def our_world_folders():
     """The world folders this process owns (others' sessions share the temp folder)."""
     ours = set()
