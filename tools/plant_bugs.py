@@ -928,7 +928,7 @@ BUGS = (
         "    seed_everything(ctx.seed)\n    _rpc_hooks.start(ctx, events)", "    _rpc_hooks.start(ctx, events)",
         (RW + "test_entries_of_one_shape_share_a_world_and_each_gets_its_own_seed",)),
     Bug("reused worlds run what they cannot (schedules, fuzz, message faults, spawn)", "rpc_harness/pytest_plugin.py",
-        "        reason = refusal(spec)", "        reason = None",
+        "        refused = refusal(spec)\n        if refused is None:", "        refused = None\n        if refused is None:",
         (RW + "test_worlds_a_reused_world_cannot_run_are_refused_by_name",)),
     Bug("a reused worlds' scope keeps every shape live", "rpc_harness/_live.py",
         "            while len(self._worlds) >= self.limit:", "            while False:",
