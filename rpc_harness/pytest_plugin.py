@@ -86,10 +86,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for flag, text, parse in flags + [(TRACE_OPTION, TRACE_HELP, None)]:
         assert flag is not None
         group.addoption(flag, dest=_dest(flag), default=None, help=text)
-        parser.addini(_dest(flag), text, type=INI_TYPES.get(parse, "string"), default=None)  # type: ignore[arg-type]
+        parser.addini(_dest(flag), text, type=_ini_type(parse), default=None)  # type: ignore[arg-type]
     parser.addini(PRELOAD_INI, PRELOAD_HELP, type="linelist", default=[])
     group.addoption(STRICT_OPTION, dest=_dest(STRICT_OPTION), action="store_true", default=None, help=STRICT_HELP)
     parser.addini(_dest(STRICT_OPTION), STRICT_HELP, type="bool", default=False)
+
+
+# pytest 9.2 takes a union of types for an ini key: a number key then takes
+# text too, which the harness reads itself, as it reads the flag's (a seed
+# in hex; its own error for a value that is no number, not Python's).
+_INI_UNIONS = pytest.version_tuple >= (9, 2)
+
+
+def _ini_type(parse: Any) -> Any:
+    """The ini type of a key whose text form ``parse`` reads: a number where
+    it is one (a TOML config gives numbers as numbers), or any text."""
+    kind = INI_TYPES.get(parse, "string")
+    if kind == "string" or not _INI_UNIONS:
+        return kind
+    return (int if kind == "int" else float) | str
 
 
 class ForkserverCudaPytestWarning(pytest.PytestWarning, ForkserverCudaWarning):
