@@ -173,8 +173,34 @@ def _session_setting(config: pytest.Config, flag: str) -> tuple[Any, str]:
     try:
         raw = config.getini(_dest(flag))
     except (ValueError, TypeError, pytest.UsageError) as error:  # not a number: pytest's words, not the key
-        raise pytest.UsageError(f"{where}: {error}") from None
+        raw = _toml_list(config, _dest(flag)) if flag == DECLARED["devices"].flag else None
+        if raw is None:
+            raise pytest.UsageError(f"{where}: {error}") from None
     return (None if raw is None or raw == "" else raw), where
+
+
+def _toml_list(config: pytest.Config, key: str) -> list[Any] | None:
+    """A list given to ini key ``key`` in pytest's native TOML config
+    (``[tool.pytest]``, ``pytest.toml``), read from the file: pytest checks
+    a key's value against its one type, and rpc_devices is text
+    (``cuda:0,cuda:1``) or a list (``["cuda:0", "cuda:1"]``). None: no such list."""
+    path = config.inipath
+    if path is None or path.suffix != ".toml":
+        return None
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pytest reads TOML with tomli
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    table = data.get("tool", {}).get("pytest", {}) if path.name == "pyproject.toml" else data.get("pytest", {})
+    value = table.get(key) if isinstance(table, dict) else None
+    return value if isinstance(value, list) else None
 
 
 def _command_line_flags(config: pytest.Config) -> list[tuple[str, str | None]]:

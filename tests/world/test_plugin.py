@@ -214,6 +214,24 @@ def test_an_ini_seed_is_read_as_the_flags_is_in_hex_too(pytester, config):
     assert "rpc-harness: session seed 16 (replay with --rpc-seed=16)" in result.stdout.str()
 
 
+@pytest.mark.parametrize("config", ['[tool.pytest]\nrpc_devices = ["cpu"]\n', "[pytest]\nrpc_devices = cpu\n",
+                                    '[tool.pytest]\nrpc_devices = ["cuda:x", "cuda:0"]\n'])
+def test_rpc_devices_in_a_native_toml_config_takes_a_list(pytester, config):
+    # pytest checks a native TOML value against its key's one type, text for
+    # rpc_devices: a list was refused ("expects a string, got list"; outside-user trial).
+    if config.startswith("[pytest]"):
+        pytester.makeini(config)
+    else:
+        pytester.makepyprojecttoml(config)
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run(pytester)
+    if "cuda:x" in config:  # read, and checked as the flag's list is
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        assert "ini rpc_devices: invalid devices 'cuda:x'; use cpu, cuda, or a list of cuda:N" in result.stderr.str()
+    else:
+        result.assert_outcomes(passed=1)
+
+
 @pytest.mark.parametrize("where", ["command line", "ini"])
 def test_every_session_options_default_given_explicitly_runs_worlds_as_without_it(pytester, where):
     # A value given there is checked at start-up and the checked value again
