@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .result import WorldResult
 
 from ._cuda_fork import ForkserverCudaWarning, ask_through_nvml, warn_as
+from .durations import parse_seconds
 from .options import (
     DECLARED,
     INI_TYPES,
@@ -75,6 +76,16 @@ _strict_key = pytest.StashKey[bool]()  # --rpc-schedule-strict, or the ini's rpc
 _traces_key = pytest.StashKey[str]()  # the default trace folder when pytest's cache is off
 
 
+def _ini_type(parse: Callable[[str], Any] | None) -> Any:
+    """An ini key's type for ``addini``: a number where its text form is one
+    (a TOML config gives the number itself). A duration's key takes its text
+    form too (``rpc_deadline = 10s``) where pytest types a key as a number or
+    text (9.2); older ones read only a number there."""
+    if parse is parse_seconds and pytest.version_tuple >= (9, 2):
+        return float | str
+    return INI_TYPES.get(parse, "string")  # type: ignore[arg-type]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rpc-harness", "real torch.distributed.rpc worlds")
     # Each ini key typed as its option's text form is (a TOML config gives
@@ -84,7 +95,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for flag, text, parse in flags + [(TRACE_OPTION, TRACE_HELP, None)]:
         assert flag is not None
         group.addoption(flag, dest=_dest(flag), default=None, help=text)
-        parser.addini(_dest(flag), text, type=INI_TYPES.get(parse, "string"), default=None)  # type: ignore[arg-type]
+        parser.addini(_dest(flag), text, type=_ini_type(parse), default=None)  # type: ignore[arg-type]
     parser.addini(PRELOAD_INI, PRELOAD_HELP, type="linelist", default=[])
     group.addoption(STRICT_OPTION, dest=_dest(STRICT_OPTION), action="store_true", default=None, help=STRICT_HELP)
     parser.addini(_dest(STRICT_OPTION), STRICT_HELP, type="bool", default=False)

@@ -616,7 +616,7 @@ BUGS = (
         "    if _parent_gone():\n        sweep()\n", "    if _parent_gone():\n        pass\n",
         (INT + "test_ctrl_c_to_an_xdist_controller_during_bring_up_leaves_no_folder_and_no_forkserver",)),
     Bug("28 every ini key typed string", "rpc_harness/options.py",
-        'INI_TYPES: dict[Callable[[str], Any], str] = {parse_number: "float", parse_whole: "int"}',
+        'INI_TYPES: dict[Callable[[str], Any], str] = {parse_seconds: "float", parse_whole: "int"}',
         "INI_TYPES: dict[Callable[[str], Any], str] = {}",
         (PLUGIN + "test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers",)),
     Bug("28 traces land in the user's tree", "rpc_harness/pytest_plugin.py",
@@ -1098,6 +1098,18 @@ BUGS = (
         '    if _gate.block(("timer",), "sleep", seconds) is None:',
         '    if _gate.block(("timer",), "sleep", seconds) is False:',
         ("tests/unit/test_gate.py::test_a_sleep_that_control_given_up_let_go_sleeps_its_time_on_the_real_clock",)),
+    # Issue 38, item 2: durations and the waits that cannot end in time.
+    Bug("38 a delay that cannot end before the deadline starts its world", "rpc_harness/spec.py",
+        "fault.traits.waits and not fault.optional and fault.seconds >= within",
+        "fault.traits.waits and not fault.optional and fault.seconds > within + bringup",
+        (UF + "test_a_wait_is_refused_from_the_bring_up_budget_and_deadline_together_and_not_before",
+         UC + "test_bad_input_exits_2_naming_the_problem")),
+    Bug("38 a message delay that cannot end in time is not a wait", "rpc_harness/faults.py",
+        "message_types=DELAYABLE_MESSAGE_TYPES, waits=True)", "message_types=DELAYABLE_MESSAGE_TYPES)",
+        (UF + "test_a_wait_that_cannot_end_before_the_deadline_is_refused_saying_what_the_number_was_read_as",)),
+    Bug("38 a world option's duration takes no unit", "rpc_harness/options.py",
+        "        try:\n            return parse_seconds(value)\n", "        try:\n            return float(value)\n",
+        (OPT + "test_every_duration_takes_the_same_text_forms_through_every_door",)),
 )
 
 

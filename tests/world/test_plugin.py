@@ -258,8 +258,12 @@ def test_bad_names(rpc_world):
     result.assert_outcomes(failed=2, errors=1)
 
 
-def test_ini_deadline_applies(pytester):
-    pytester.makeini("[pytest]\nrpc_deadline = 2\n")
+@pytest.mark.parametrize("deadline", ["2", "2000ms"])
+def test_ini_deadline_applies(pytester, deadline):
+    # Issue 38: a duration takes the same forms at every door, the ini file's too.
+    if not deadline.isdigit() and pytest.version_tuple < (9, 2):
+        pytest.skip("an ini key typed as a number or text needs pytest 9.2")
+    pytester.makeini(f"[pytest]\nrpc_deadline = {deadline}\n")
     pytester.makepyfile(
         ENTRIES + '\ndef test_hangs(rpc_world):\n    rpc_world.run(hangs, world_size=2, faults="hang:worker1@demo.step")\n'
     )
@@ -271,8 +275,9 @@ def test_ini_deadline_applies(pytester):
 def test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers(pytester):
     # pytest's native TOML config checks each value against its key's type:
     # keys typed "string" refused `rpc_deadline = 2` ("expects a string, got int").
+    units = pytest.version_tuple >= (9, 2)  # a key typed as a number or text (rpc_bringup = "30s")
     pytester.makepyprojecttoml('[tool.pytest]\nrpc_deadline = 2\nrpc_call_timeout = 30\nrpc_fuzz = 0\n'
-                               'rpc_seed = 7\nrpc_schedule = "free"\n')
+                               'rpc_seed = 7\nrpc_schedule = "free"\n' + ('rpc_bringup = "30s"\n' if units else ''))
     pytester.makepyfile(
         ENTRIES + '\ndef test_hangs(rpc_world):\n    rpc_world.run(hangs, world_size=2, faults="hang:worker1@demo.step")\n'
     )
@@ -282,10 +287,11 @@ def test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers(pytester):
     assert "deadline of 2s passed" in out, out
     assert "rpc-harness: session seed 7 " in out, out
     help_text = run(pytester, "--help").stdout.str()
-    for key, kind in [("rpc_seed", "int"), ("rpc_deadline", "float"), ("rpc_bringup", "float"),
-                      ("rpc_call_timeout", "float"), ("rpc_fuzz", "float"), ("rpc_schedule", "string"),
+    duration = "float | string" if units else "float"
+    for key, kind in [("rpc_seed", "int"), ("rpc_deadline", duration), ("rpc_bringup", duration),
+                      ("rpc_call_timeout", duration), ("rpc_fuzz", duration), ("rpc_schedule", "string"),
                       ("rpc_trace_dir", "string"), ("rpc_preload", "linelist")]:
-        assert re.search(rf"^  {key} \({kind}\):", help_text, re.M), (key, kind)
+        assert re.search(rf"^  {key} \({re.escape(kind)}\):", help_text, re.M), (key, kind)
 
 
 def test_help_does_not_import_torch(pytester):
