@@ -1,0 +1,43 @@
+"""What a session leaves on the user's machine (issue 38, item 8): nothing
+of the harness's making outside the folders it was asked to write."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import rpc_harness
+
+    def entry(ctx):
+        return ctx.rank
+
+    if __name__ == "__main__":
+        assert rpc_harness.run_world(entry, world_size=2).values == [0, 1]
+""")
+
+
+def run_a_world(folder, temp):
+    script = folder / "one_world.py"
+    script.write_text(SCRIPT)
+    env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_CACHE_DIR"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=folder,
+                          env=dict(env, TMPDIR=str(temp)))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("there_before", [False, True], ids=["made by the world", "the user's"])
+def test_the_forkserver_leaves_no_empty_inductor_cache_folder_in_the_temp_folder(tmp_path, short_tmp, there_before):
+    # Preloading torch._dynamo made torch's inductor cache folder,
+    # torchinductor_<user>, in the temp folder: every session left one, empty.
+    torchs = f"torchinductor_{getpass.getuser()}"  # torch's name for it
+    if there_before:
+        (short_tmp / torchs).mkdir()
+    run_a_world(tmp_path, short_tmp)
+    left = sorted(path.name for path in short_tmp.iterdir() if path.name.startswith("torchinductor_"))
+    assert left == ([torchs] if there_before else []), left
