@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-RUNNERS_OWN = frozenset({".pytest_cache", "__pycache__", ".hypothesis", ".git", ".venv"})
+RUNNERS_OWN = frozenset({".pytest_cache", "__pycache__", ".git", ".venv"})
 _before_key = pytest.StashKey[frozenset]()
 
 

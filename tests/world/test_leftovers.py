@@ -41,3 +41,27 @@ def test_the_forkserver_leaves_no_empty_inductor_cache_folder_in_the_temp_folder
     run_a_world(tmp_path, short_tmp)
     left = sorted(path.name for path in short_tmp.iterdir() if path.name.startswith("torchinductor_"))
     assert left == ([torchs] if there_before else []), left
+
+
+DRAWN = """
+from hypothesis import given, strategies as st
+
+@given(st.integers(0, 3))
+def test_drawn(n):
+    assert n >= 0
+"""
+
+
+@pytest.mark.parametrize("chosen", [False, True], ids=["pytest's cache", "HYPOTHESIS_STORAGE_DIRECTORY"])
+def test_hypothesis_keeps_its_folder_in_pytests_cache_not_in_the_users_project(pytester, monkeypatch, chosen):
+    # Hypothesis writes .hypothesis/ (its database, its caches) into the
+    # current folder: the user's project.
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    if chosen:
+        monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(pytester.path / "mine"))
+    pytester.makepyfile(test_drawn=DRAWN)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / ".hypothesis").exists()
+    where = pytester.path / "mine" if chosen else pytester.path / ".pytest_cache" / "d" / "hypothesis"
+    assert where.is_dir() and any(where.iterdir()), sorted(p.name for p in pytester.path.rglob("*"))

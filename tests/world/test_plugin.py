@@ -603,7 +603,7 @@ def test_plain(rpc_world):
     drawn, plain = sorted(sections, key=lambda text: "test_plain" in text)
     assert drawn.startswith("pytest test_a_hypothesis_tests_replay_section_says_where_its_failing_example_comes_back_"
                             "from.py::test_drawn --rpc-seed=3\n(a Hypothesis test: this line finds the failing "
-                            "example again where Hypothesis's database (.hypothesis/) holds it"), drawn
+                            "example again where Hypothesis's database (in pytest's cache folder) holds it"), drawn
     assert "Hypothesis" not in plain, plain
 
 
