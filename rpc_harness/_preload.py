@@ -35,6 +35,7 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 import threading
 
 from ._cuda_fork import PreloadWatch, write_culprits
@@ -64,6 +65,41 @@ def _watch_parent(done: threading.Event) -> None:
             os._exit(0)  # the import under way may never return: no clean exit to wait for
 
 
+# torch's inductor cache folder: where TORCHINDUCTOR_CACHE_DIR says, by
+# default torchinductor_<user> in the temp folder.
+_INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def _temp_folder_names() -> frozenset[str] | None:
+    """The temp folder's entries before the preload (None where the user
+    chose the inductor cache's place: then it is theirs, left alone)."""
+    if _INDUCTOR_CACHE_ENV in os.environ:
+        return None
+    try:
+        return frozenset(os.listdir(tempfile.gettempdir()))
+    except OSError:
+        return None
+
+
+def _remove_empty_inductor_cache(before: frozenset[str] | None) -> None:
+    """Importing ``torch._dynamo`` (preloaded: the first optimizer a rank
+    builds imports it) makes torch's inductor cache folder and sets
+    TORCHINDUCTOR_CACHE_DIR to it, whether anything is ever cached: every
+    session left an empty ``torchinductor_<user>`` in the temp folder
+    (issue 38). When the preload made it and nothing is in it, it goes, and
+    so does the variable: a rank that compiles makes it again, as torch
+    does anywhere."""
+    folder = os.environ.get(_INDUCTOR_CACHE_ENV) if before is not None else None
+    if folder is None:
+        return
+    os.environ.pop(_INDUCTOR_CACHE_ENV)
+    if os.path.dirname(folder) == os.path.abspath(tempfile.gettempdir()) and os.path.basename(folder) not in before:
+        try:
+            os.rmdir(folder)  # only an empty one
+        except OSError:
+            pass
+
+
 # Registered here, so forked ranks inherit it too, but they leave through
 # os._exit (multiprocessing's forkserver children): it runs in the forkserver only.
 atexit.register(_sweep_if_orphaned)
@@ -75,6 +111,7 @@ if _settings.get("sys_path"):
 _base = set(_settings.get("base", ()))
 _rewriting = False
 _watch = PreloadWatch()
+_temp_folders = _temp_folder_names()
 for _name in _settings.get("modules", []):
     if not _rewriting and _name not in _base:
         # After the harness's own modules (torch among them), before the
@@ -100,6 +137,7 @@ for _name in _settings.get("modules", []):
         sys.modules.pop(_name, None)  # each rank imports it itself, where CUDA is allowed
 _watch.module = None
 _watch.stop()
+_remove_empty_inductor_cache(_temp_folders)
 if _settings.get("cuda_report"):
     write_culprits(_settings["cuda_report"], _watch.culprits, _watch.driver_culprits)
 

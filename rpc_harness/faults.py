@@ -30,13 +30,12 @@ replays exactly.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
+from .durations import format_seconds, parse_seconds
 from .errors import FaultPlanError, clip
 
 # Message types torch's FaultyTensorPipeAgent knows by name.
@@ -62,25 +61,15 @@ DELAYABLE_MESSAGE_TYPES = MESSAGE_TYPES[4:]
 # msgfail count this high loses the message.
 TORCH_SEND_TRIES = 6
 
-_DURATION_RE = re.compile(r"^(?P<num>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)(?P<unit>ms|s)?$")
 MAX_DELAY = 3600.0  # seconds
 
 
-def format_seconds(value: float) -> str:
-    """Seconds as the parser reads them back exactly: ``0.00001``, not ``1e-05``."""
-    return format(Decimal(repr(float(value))).normalize(), "f")
-
-
 def parse_duration(text: str, *, where: str) -> float:
-    """``0.2s``, ``150ms`` or a bare number of seconds."""
-    match = _DURATION_RE.match(text.strip())
-    if match is None:
-        raise FaultPlanError(f"{where}: bad duration {clip(text)}; use seconds like 0.2s or 150ms")
-    value = float(match["num"])
-    value = value / 1000.0 if match["unit"] == "ms" else value
-    if not math.isfinite(value):
-        raise FaultPlanError(f"{where}: bad duration {clip(text)}; use seconds like 0.2s or 150ms")
-    return value
+    """``0.2s``, ``150ms`` or a bare number of seconds (:mod:`rpc_harness.durations`)."""
+    try:
+        return parse_seconds(text)
+    except ValueError as error:
+        raise FaultPlanError(f"{where}: {error}") from None
 
 
 # -- what a kind's =ARG is ---------------------------------------------------------------
@@ -170,10 +159,12 @@ class FaultKind:
     faulty_agent: bool = False  # runs inside torch's FaultyTensorPipe agent
     message_types: tuple[str, ...] = ()  # a message kind's allowed types
     under_torchrun: bool = True  # torchrun tears a job down when a worker dies or hangs
+    waits: bool = False  # it holds its rank (or the send) ARG seconds each time it fires
 
 
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
-    FaultKind("delay", "sleep ARG seconds at every hit", _duration("delay"), repeats=True),
+    FaultKind("delay", "sleep ARG seconds at every hit", _duration("delay"), repeats=True,
+              waits=True),
     FaultKind("kill", "SIGKILL the rank", _no_argument("kill"), ends_rank=True, under_torchrun=False),
     FaultKind("raise", "raise rpc_harness.InjectedFault (ARG: its message)", _message("raise"), raises=True),
     FaultKind("hang", "block forever", _no_argument("hang"), under_torchrun=False),
@@ -182,7 +173,7 @@ FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("msgfail", "fail each send of a message type ARG times (torch retries)", _count("msgfail"),
               at_failpoint=False, faulty_agent=True, message_types=RETRYABLE_MESSAGE_TYPES),
     FaultKind("msgdelay", "delay each send of a message type by ARG seconds", _duration("msgdelay"),
-              at_failpoint=False, faulty_agent=True, message_types=DELAYABLE_MESSAGE_TYPES),
+              at_failpoint=False, faulty_agent=True, message_types=DELAYABLE_MESSAGE_TYPES, waits=True),
 )}
 KINDS = tuple(FAULT_KINDS)
 FAILPOINT_KINDS = tuple(name for name, kind in FAULT_KINDS.items() if kind.at_failpoint)

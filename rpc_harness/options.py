@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
+from .durations import EXAMPLES, parse_seconds
 from .entry import EntryRef
 from .errors import WorldSpecError, clip
 from .faults import FaultPlan
@@ -66,14 +67,29 @@ def default_bringup(world_size: int) -> float:
 # -- the checks, one per kind of value -------------------------------------------------
 
 
-def check_seconds(what: str) -> Callable[[Any, str], float]:
-    """A check for a number of seconds: finite, > 0, at most a week."""
+def _as_seconds(value: Any) -> Any:
+    """A duration's text form read as seconds (any door may give one:
+    a marker's ``deadline="10s"`` as much as a flag's); other values as
+    they are, for the check to judge, and text that is no duration too."""
+    if isinstance(value, str):
+        try:
+            return parse_seconds(value)
+        except ValueError:
+            return value
+    return value
 
-    def check(value: Any, where: str) -> float:
+
+def check_seconds(what: str) -> Callable[[Any, str], float]:
+    """A check for a number of seconds (or its text form, like ``10s``):
+    finite, > 0, at most a week."""
+
+    def check(given: Any, where: str) -> float:
+        value = _as_seconds(given)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not (
             0 < value <= MAX_SECONDS
         ):
-            raise WorldSpecError(f"{where}: invalid {what} {clip(value)}; use seconds > 0 (at most {MAX_SECONDS:g})")
+            raise WorldSpecError(f"{where}: invalid {what} {clip(given)}; use seconds > 0 (at most "
+                                 f"{MAX_SECONDS:g}), like {EXAMPLES}")
         return float(value)
 
     return check
@@ -85,9 +101,11 @@ def check_seed(value: Any, where: str) -> int:
     return value
 
 
-def check_fuzz(value: Any, where: str) -> float:
+def check_fuzz(given: Any, where: str) -> float:
+    value = _as_seconds(given)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_FUZZ:
-        raise WorldSpecError(f"{where}: invalid fuzz {clip(value)}; use the largest delay in seconds, 0..{MAX_FUZZ:g}")
+        raise WorldSpecError(f"{where}: invalid fuzz {clip(given)}; use the largest delay in seconds, "
+                             f"0..{MAX_FUZZ:g}, like 0.01 or 10ms")
     return float(value)
 
 
@@ -219,11 +237,6 @@ def check_expect(value: Any, where: str) -> str | None:
     return None if expected == "nothing" else expected
 
 
-def parse_number(text: str) -> float:
-    """A number from the command line or an ini file; its range is the option's check."""
-    return float(text)
-
-
 def parse_whole(text: str) -> int:
     return int(text, 0)
 
@@ -244,8 +257,9 @@ def whole_number(text: str) -> int:
         raise ValueError(f"{clip(text)} is not a valid int") from None
 
 
-# pytest's ini types of the text forms that are numbers (pytest >= 8.4).
-INI_TYPES: dict[Callable[[str], Any], str] = {parse_number: "float", parse_whole: "int"}
+# pytest's ini types of the text forms that are numbers (pytest >= 8.4): a
+# TOML config then gives the number itself.
+INI_TYPES: dict[Callable[[str], Any], str] = {parse_seconds: "float", parse_whole: "int"}
 
 
 # -- the declaration -------------------------------------------------------------------
@@ -331,16 +345,16 @@ class WorldOptions:
         None, check=check_seed, parse=parse_whole, marker=True, token="seed", command_line="--seed",
         help="root seed of the world: data, model, sampling and fault schedules derive from it (default: random)")
     deadline: float = option(
-        DEFAULT_DEADLINE, check=check_seconds("deadline"), parse=parse_number, flag="--rpc-deadline", marker=True,
+        DEFAULT_DEADLINE, check=check_seconds("deadline"), parse=parse_seconds, flag="--rpc-deadline", marker=True,
         command_line="--deadline",
         help="deadline in seconds of each RPC world, counted from when every rank has joined; a world still "
              f"running then fails with every rank's stacks (default: {DEFAULT_DEADLINE:g})")
     bringup: float | None = option(
-        None, check=check_seconds("bring-up budget"), parse=parse_number, flag="--rpc-bringup", marker=True,
+        None, check=check_seconds("bring-up budget"), parse=parse_seconds, flag="--rpc-bringup", marker=True,
         help="bring-up budget in seconds of each RPC world: every rank forked and through init_rpc "
              "(default: 60, or 0.5 s a rank for larger worlds); the deadline counts from its end")
     rpc_timeout: float | None = option(
-        None, check=check_seconds("rpc_timeout"), parse=parse_number, flag="--rpc-call-timeout", marker=True,
+        None, check=check_seconds("rpc_timeout"), parse=parse_seconds, flag="--rpc-call-timeout", marker=True,
         token="t",
         help=f"seconds an RPC waits for its answer in the worlds' ranks (default: {DEFAULT_RPC_TIMEOUT:g}, "
              "torch's own, or a spawned program's own)")
@@ -351,7 +365,7 @@ class WorldOptions:
         None, check=check_failpoints, token="fp", plain=list,
         help="the failpoints a fault plan may name (checked before any process starts)")
     fuzz: float = option(
-        0.0, check=check_fuzz, parse=parse_number, flag="--rpc-fuzz", marker=True, token="z", command_line="--fuzz",
+        0.0, check=check_fuzz, parse=parse_seconds, flag="--rpc-fuzz", marker=True, token="z", command_line="--fuzz",
         help="schedule fuzzing: largest seeded random delay in seconds at failpoints and message sends "
              "(default: 0, off)")
     env: tuple[tuple[str, str], ...] = option(
@@ -441,12 +455,12 @@ class WorldArgs(TypedDict, total=False):
     runtime signature for ``help()`` and the API docs."""
 
     seed: int | None
-    deadline: float | None
-    bringup: float | None
-    rpc_timeout: float | None
+    deadline: float | str | None  # a duration: seconds, or text like "10s" or "200ms"
+    bringup: float | str | None
+    rpc_timeout: float | str | None
     faults: FaultPlan | str | None
     failpoints: Sequence[str] | None
-    fuzz: float | None
+    fuzz: float | str | None
     env: Mapping[str, str] | None
     isolate: bool | None
     rendezvous: str | None

@@ -54,6 +54,10 @@ STRICT_HELP = ("a world that loses control of its controlled schedule (a step bl
                "rpc_schedule_strict = true does the same")
 # The default trace folder's name, in pytest's cache folder (or base temp folder).
 TRACE_FOLDER = "rpc-harness-traces"
+# Hypothesis's home (database, caches) in pytest's cache folder, and the
+# session that put it there (one per process: pytester's inner sessions leave it).
+HYPOTHESIS_FOLDER = "hypothesis"
+_hypothesis_placed_by: pytest.Config | None = None
 MARKER = "rpc_world"
 MARKER_HELP = (
     f"{MARKER}({', '.join(f'{key}=None' for key in MARKER_KEYS)}): defaults for the worlds this test runs with "
@@ -335,11 +339,39 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[_asserts_key] = rewrite_asserts(session_rewriting(session.config))
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _keep_hypothesis_in_pytests_cache(session.config)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _asserts_key in config.stash:
         from ._launcher import rewrite_asserts
 
         rewrite_asserts(config.stash[_asserts_key])
+    global _hypothesis_placed_by
+    if _hypothesis_placed_by is config:
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(None)  # Hypothesis's own choice again
+        _hypothesis_placed_by = None
+
+
+def _keep_hypothesis_in_pytests_cache(config: pytest.Config) -> None:
+    """Hypothesis keeps its example database and caches in ``.hypothesis/``
+    of the current folder: the user's project (issue 38). Under the plugin
+    they go to pytest's cache folder, as the traces do, unless
+    HYPOTHESIS_STORAGE_DIRECTORY chose a place, pytest's cache is off, or a
+    session around this one (pytester's outer one) has placed them already:
+    Hypothesis's home is one per process."""
+    global _hypothesis_placed_by
+    if "hypothesis" not in sys.modules or getattr(config, "cache", None) is None:
+        return  # imported by the plugin's profiles where it is installed at all
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY") or _hypothesis_placed_by is not None:
+        return
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(config.cache.mkdir(HYPOTHESIS_FOLDER))
+    _hypothesis_placed_by = config
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -772,14 +804,14 @@ def _hypothesis_note(item: pytest.Item) -> str:
     """For a Hypothesis test, how its failing example comes back: the seed
     replays the worlds, but which examples Hypothesis draws is its own
     (fresh each run, unless derandomized). It replays a failure it found from
-    its database (``.hypothesis/``) first, on this machine; elsewhere the
+    its database (in pytest's cache folder) first, on this machine; elsewhere the
     world's token, or Hypothesis's own ``@reproduce_failure`` line, does."""
     hypothesis = sys.modules.get("hypothesis")  # a test that is one has imported it
     if hypothesis is None or not hypothesis.is_hypothesis_test(getattr(item, "obj", None)):
         return ""
     return ("\n(a Hypothesis test: this line finds the failing example again where Hypothesis's database "
-            "(.hypothesis/) holds it, as on this machine; elsewhere, replay the failed world's token above, or "
-            "add the @reproduce_failure Hypothesis printed)")
+            "(in pytest's cache folder) holds it, as on this machine; elsewhere, replay the failed world's token "
+            "above, or add the @reproduce_failure Hypothesis printed)")
 
 
 def _pytest_line_of(item: pytest.Item) -> str:

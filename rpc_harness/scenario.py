@@ -28,7 +28,6 @@ import collections.abc
 import dataclasses
 import importlib
 import json
-import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from .repro import Repro, scenario_call
 from .result import WorldResult
 from .schedule import replay_schedule
 from .spec import check_world_size, resolve_names
+from .strict_json import finite
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -638,19 +638,6 @@ def summary(report: ScenarioReport) -> dict[str, Any]:
         "history": list(report.history), "baseline_history": list(report.baseline_history),
         "replay": report.replay,
     }
-    out = _finite(out)
+    out = finite(out)
     json.dumps(out, default=float, allow_nan=False)  # fail here, not half-way through a file
     return out
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity (a world that recorded nothing
-    has no metric) as None: JSON has no NaN, and strict parsers (jq, a
-    browser's JSON.parse, Go's encoding/json) refuse Python's ``NaN``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .durations import format_seconds
 from .entry import EntryRef, check_signature
 from .errors import FaultPlanError, Unsupported, WorldSpecError, clip
 from .faults import FaultPlan, uses_faulty_agent
@@ -120,6 +121,8 @@ def make_spec(
     else:
         plan.validate([f.target for f in plan], failpoints=failpoints, where=f"{where}: faults")
     check_call_points(plan, where=f"{where}: faults")
+    check_waits_can_end(plan, bringup=checked.bringup or default_bringup(len(resolved_names)),
+                        deadline=checked.deadline, where=f"{where}: faults")
     if uses_faulty_agent(plan, checked.fuzz) and len(resolved_names) > MAX_FAULTY_WORLD_SIZE:
         raise WorldSpecError(
             f"{where}: message faults and schedule fuzzing work in worlds of at most {MAX_FAULTY_WORLD_SIZE} "
@@ -163,6 +166,28 @@ def check_call_points(plan: FaultPlan, *, where: str) -> None:
             problem = check_target(fault.point.removeprefix("call:"))
             if problem:
                 raise FaultPlanError(f"{where}: {fault}: {problem}")
+
+
+def check_waits_can_end(plan: FaultPlan, *, bringup: float, deadline: float, where: str) -> None:
+    """Refuse a fault that waits (``delay``, ``msgdelay``) at least as long
+    as the world's bring-up budget and deadline together, unless it is
+    optional: one that must fire then cannot end before the deadline,
+    wherever it fires (the deadline counts from when every rank has joined,
+    and a rank is up for at most the bring-up budget before that). Most
+    likely a number meant as milliseconds, read as seconds: refused before
+    any process starts, rather than failing as a hang minutes later.
+
+    ``hang`` and ``freeze`` are not refused: a hang is how a test sees the
+    deadline's report (it never ends, by design), and a frozen rank is
+    killed once the others are done, which can end in time."""
+    within = bringup + deadline
+    for fault in plan:
+        if fault.traits.waits and not fault.optional and fault.seconds >= within:
+            seconds = format_seconds(fault.seconds)
+            raise FaultPlanError(
+                f"{where}: {fault} waits {seconds} s (a number without a unit is seconds: did you mean "
+                f"{seconds}ms?); it is not optional, so it must fire, and the world cannot end before its deadline "
+                f"(a bring-up budget of {format_seconds(bringup)} s, then a deadline of {format_seconds(deadline)} s)")
 
 
 def check_world_size(

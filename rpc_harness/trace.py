@@ -10,10 +10,10 @@ instants; what it reported through ``rpc_harness.progress`` as counters.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from . import strict_json
 from .result import WorldResult
 
 _SPANS = (("start", "init_rpc", "init_rpc"), ("entry_start", "entry_done", "entry"),
@@ -125,5 +125,5 @@ def write_trace(result: WorldResult, path: str) -> str:
                       "faults": str(result.faults), "ok": result.ok},
     }
     with open(path, "w") as file:
-        json.dump(document, file, default=repr)
+        strict_json.dump(document, file, default=repr)  # a rank's NaN metric (a diverging loss) is null
     return path

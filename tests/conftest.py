@@ -8,6 +8,7 @@ import tempfile
 import time
 
 import pytest
+from checkout_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: F401 - hooks of this suite
 from failure_log import pytest_runtest_logreport  # noqa: F401 - a hook of this suite
 from hypothesis import settings
 

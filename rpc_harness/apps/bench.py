@@ -46,7 +46,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rpc_harness import run_world
+from rpc_harness import run_world, strict_json
 from rpc_harness.context import RankContext, activate, failpoint
 from rpc_harness.scenario import Scenario, run_scenario
 
@@ -671,7 +671,7 @@ def _finish(figures: dict[str, Any], json_path: str | None) -> int:
     if json_path:
         os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
         with open(json_path, "w") as file:
-            json.dump(figures, file, indent=2)
+            strict_json.dump(figures, file, indent=2)
         print(f"\nwrote {json_path}")
     return 0
 

@@ -44,6 +44,7 @@ from rpc_harness.options import (
     DEFAULT_DEADLINE,
     WorldOptions,
     add_option,
+    default_bringup,
     whole_argument,
 )
 from rpc_harness.progress import ProgressBar
@@ -51,7 +52,7 @@ from rpc_harness.repro import Repro, decode, scenario_call
 from rpc_harness.scenario import Scenario, ScenarioReport
 from rpc_harness.schedule import parse as parse_schedule
 from rpc_harness.seeds import fresh_seed
-from rpc_harness.spec import check_world_size
+from rpc_harness.spec import check_waits_can_end, check_world_size
 
 from .bench import SECTIONS
 
@@ -324,6 +325,7 @@ def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
             for label, text in plans.items():
                 plan = FaultPlan.parse(text, where="--faults")
                 plan.validate(names, failpoints=sc.failpoints, where="--faults")
+                check_waits_can_end(plan, bringup=default_bringup(size), deadline=args.deadline, where="--faults")
                 for repeat in range(args.repeat):
                     jobs.append(_job(sc, args, size, names, config, overrides, plan, label, seed + repeat))
     return jobs

@@ -52,10 +52,12 @@ def test_the_table_quotes_the_device_against_the_cpu():
     assert "| ps (world 3) steps/s on cuda / on the CPU | 40.0 | 20.0 | 2.00x |" in text
 
 
-def test_bench_device_cuda_is_refused_with_exit_2_in_one_line_before_any_world(monkeypatch, capsys):
+def test_bench_device_cuda_is_refused_with_exit_2_in_one_line_before_any_world(monkeypatch, capsys, tmp_path):
     import pytest
 
     from rpc_harness.apps import cli
+
+    monkeypatch.chdir(tmp_path)  # the bench's default output folder is the current one's rpc-harness-out/
 
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: False)
     monkeypatch.setattr(bench, "run_world", lambda *a, **k: pytest.fail("a world started"))
@@ -70,6 +72,8 @@ def test_bench_device_with_only_or_svg_is_refused_and_device_cpu_is_the_whole_be
     import pytest
 
     from rpc_harness.apps import cli
+
+    monkeypatch.chdir(tmp_path)  # the bench's default output folder is the current one's rpc-harness-out/
 
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 1)

@@ -37,6 +37,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
         (["run", "ps", "--faults", " , "], "or --no-fault-checks to run only the clean world"),
         (["run", "ps", "--faults", "kill:trainer1@trainer.step#2,kill:trainer1@trainer.step#2"],
          "--faults: duplicate fault 'kill:trainer1@trainer.step#2' (fault 2 of the plan)"),
+        # Issue 38: a bare number is seconds; this delay could not end before the deadline.
+        (["run", "ps", "--faults", "delay:trainer1@trainer.step=1000"],
+         "--faults: delay:trainer1@trainer.step#1+=1000s waits 1000 s (a number without a unit is seconds: did "
+         "you mean 1000ms?); it is not optional, so it must fire, and the world cannot end before its deadline "
+         "(a bring-up budget of 60 s, then a deadline of 300 s)"),
+        (["run", "ps", "--deadline", "10", "--faults", "delay:trainer1@trainer.step=80s"],
+         "(a bring-up budget of 60 s, then a deadline of 10 s)"),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):

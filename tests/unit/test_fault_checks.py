@@ -23,11 +23,11 @@ from rpc_harness.faults import (
 REFUSALS = {
     "bad duration": (
         lambda: parse_duration(" x ", where="here"),
-        "here: bad duration ' x '; use seconds like 0.2s or 150ms",
+        "here: bad duration ' x '; use seconds like 10, 10s or 200ms",
     ),
     "infinite duration": (
         lambda: parse_duration("1e999", where="here"),
-        "here: bad duration '1e999'; use seconds like 0.2s or 150ms",
+        "here: bad duration '1e999'; use seconds like 10, 10s or 200ms",
     ),
     "not a plan": (
         lambda: FaultPlan.coerce(5, where="here"),
@@ -51,7 +51,7 @@ REFUSALS = {
     ),
     "a bad argument": (
         lambda: parse_fault("delay:a@x.y=zz", where="here"),
-        "here: 'delay:a@x.y=zz': bad duration 'zz'; use seconds like 0.2s or 150ms",
+        "here: 'delay:a@x.y=zz': bad duration 'zz'; use seconds like 10, 10s or 200ms",
     ),
     "no argument": (
         lambda: parse_fault("delay:a@x.y", where="here"),

@@ -142,3 +142,51 @@ def test_a_failpoint_name_longer_than_any_program_uses_is_refused_cut():
         FaultPlan.parse("kill:worker1@rpc.call:" + "x" * 100_000)
     assert len(str(refused.value)) < 400
     FaultPlan.parse("kill:worker1@rpc.call:" + "x" * 250)  # a long but possible name stands
+
+
+# -- a fault that cannot end before the deadline ---------------------------------------
+#
+# Issue 38: ``delay:worker1@rpc.call:add=200`` (a bare number, likely meant as
+# milliseconds) slept 200 s in a world with a 60 s deadline, and the test
+# failed a minute later as a hang. A wait that must fire and outlasts the
+# bring-up budget and the deadline together cannot end in time, wherever it
+# fires: it is refused before any process starts, saying what the number was
+# read as.
+
+
+def spec(faults, **options):
+    from rpc_harness.spec import make_spec
+
+    return make_spec("worlds:identity", 2, faults=faults, where="rpc_world.run()", **options)
+
+
+@pytest.mark.parametrize("plan", ["delay:worker1@rpc.call:add=200", "msgdelay:worker0@PYTHON_CALL=500"])
+def test_a_wait_that_cannot_end_before_the_deadline_is_refused_saying_what_the_number_was_read_as(plan):
+    with pytest.raises(FaultPlanError) as refused:
+        spec(plan)
+    message = str(refused.value)
+    seconds = plan.rsplit("=", 1)[1]
+    assert message.startswith(f"rpc_world.run(): faults: {FaultPlan.parse(plan)} waits {seconds} s "
+                              f"(a number without a unit is seconds: did you mean {seconds}ms?)"), message
+    assert "(a bring-up budget of 60 s, then a deadline of 60 s)" in message, message
+
+
+def test_a_wait_is_refused_from_the_bring_up_budget_and_deadline_together_and_not_before():
+    # 10 s of bring-up and 5 s of deadline: a 14.9 s delay fired early in
+    # bring-up can end in time, a 15 s one cannot end anywhere.
+    assert spec("delay:worker1@x.step=14.9", bringup=10, deadline="5s").options.faults
+    with pytest.raises(FaultPlanError, match=r"waits 15 s .*bring-up budget of 10 s, then a deadline of 5 s"):
+        spec("delay:worker1@x.step=15", bringup=10, deadline="5s")
+    with pytest.raises(FaultPlanError, match=r"waits 120 s .*bring-up budget of 60 s, then a deadline of 60 s"):
+        spec("delay:worker1@x.step#3=120s")
+
+
+@pytest.mark.parametrize("plan", [
+    "delay:worker1@rpc.call:add=200ms",  # what was meant
+    "delay:worker1@x.step#9?=200",  # optional: it may never fire
+    "msgdelay:worker0@PYTHON_CALL?=500",
+    "hang:worker1@x.step",  # never ends by design: how a test sees the deadline's report
+    "freeze:worker1@x.step",  # the harness kills a frozen rank once the others are done
+])
+def test_what_can_end_in_time_or_is_meant_to_hang_is_accepted(plan):
+    assert str(spec(plan, deadline=1).options.faults) == str(FaultPlan.parse(plan))

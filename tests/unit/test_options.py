@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import rpc_harness
 from rpc_harness import options as O
+from rpc_harness.durations import parse_seconds
 from rpc_harness.pytest_plugin import MARKER_KEYS, SESSION_OPTIONS, RpcWorld
 from rpc_harness.repro import Repro, decode
 
@@ -74,7 +75,7 @@ def test_every_door_is_read_from_the_declaration():
 
 @pytest.mark.parametrize("name", [n for n, option in O.DECLARED.items() if option.check.__qualname__.startswith(
     "check_seconds")])
-@pytest.mark.parametrize("value", [0, -1.0, math.inf, -math.inf, math.nan, O.MAX_SECONDS * 2, True, "5"])
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, -math.inf, math.nan, O.MAX_SECONDS * 2, True, "5 minutes", "0s"])
 def test_a_budget_out_of_range_is_refused_naming_where_it_came_from(name, value):
     what = {"bringup": "bring-up budget"}.get(name, name)
     with pytest.raises(rpc_harness.WorldSpecError, match=rf"^here: invalid {what} "):
@@ -205,7 +206,7 @@ def test_a_calls_expect_nothing_takes_back_its_markers_expect(rpc_world, monkeyp
 # unchanged. (The marker, pytest flag and ini doors are tested in pytest
 # sessions: tests/world/test_plugin.py.)
 
-NUMERIC = tuple(name for name, option in O.DECLARED.items() if option.parse in (O.parse_number, O.parse_whole))
+NUMERIC = tuple(name for name, option in O.DECLARED.items() if option.parse in (parse_seconds, O.parse_whole))
 EDGES = (0, -1, -0.0, 1e-9, 0.5, 1, 1.0, 1.0000001, math.inf, -math.inf, math.nan, O.MAX_SECONDS,
          O.MAX_SECONDS + 1, 2**63 - 1, 2**63, -(2**63))
 
@@ -227,7 +228,7 @@ def follows_the_rule(name, value):
 
 
 def as_text(value):
-    return str(value) if isinstance(value, int) else repr(value)
+    return value if isinstance(value, str) else str(value) if isinstance(value, int) else repr(value)
 
 
 def door_argument(name, value):
@@ -333,6 +334,23 @@ def test_any_number_is_accepted_exactly_when_the_rule_says(door, name, value):
     assert accepted == follows_the_rule(name, value)
     if accepted:
         assert came == value
+
+
+DURATIONS = tuple(name for name in NUMERIC if O.DECLARED[name].parse is parse_seconds)
+DURATION_CASES = [(door, name) for door, name in CASES if name in DURATIONS]
+
+
+def test_the_durations_are_every_option_of_seconds():
+    assert set(DURATIONS) == {"deadline", "bringup", "rpc_timeout", "fuzz"}
+
+
+@pytest.mark.parametrize(("door", "name"), DURATION_CASES, ids=[f"{d}-{n}" for d, n in DURATION_CASES])
+def test_every_duration_takes_the_same_text_forms_through_every_door(door, name):
+    # A deadline of "10s" was refused while a fault's delay took 10s (issue 38).
+    for text, seconds in (("1s", 1.0), ("250ms", 0.25), ("0.5", 0.5), (" 1e-1s ", 0.1), ("1", 1.0)):
+        assert through(door, name, text) == (True, seconds), f"{door} {name}={text!r}"
+    for text in ("soon", "1 s", "1sec", "1h", "ms", "nans", "infms", "1e400ms"):
+        assert through(door, name, text) == (False, None), f"{door} {name}={text!r}"
 
 
 @pytest.mark.parametrize("name", [n for n in NUMERIC if n != "seed"])

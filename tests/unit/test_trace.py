@@ -56,3 +56,39 @@ def test_reading_stops_at_the_unwritten_part_and_skips_a_torn_line(tmp_path):
     path.write_bytes(b'{"kind": "start", "t": 1}\n{"kind": "fau' + b"\x00" * 64)
     assert read_event_lines(str(path)) == [{"kind": "start", "t": 1}]
     assert read_event_lines(str(tmp_path / "missing")) == []
+
+
+def _strict(text):
+    """JSON as strict parsers (jq, JSON.parse, Go) read it: no NaN, no Infinity."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_trace_with_a_nan_metric_is_json_every_parser_reads(tmp_path):
+    # A diverging run reports a NaN loss; Python's json wrote it as NaN,
+    # which jq, JSON.parse and trace viewers refuse (issue 38).
+    from rpc_harness.faults import FaultPlan
+    from rpc_harness.result import RankOutcome, WorldResult
+    from rpc_harness.trace import write_trace
+
+    nan, inf = float("nan"), float("inf")
+    events = [{"t": 1000.0, "rank": 0, "kind": "start", "tid": 1},
+              {"t": 1000.1, "rank": 0, "kind": "event", "tid": 1, "name": "epoch 1", "loss": nan},
+              {"t": 1000.2, "rank": 0, "kind": "progress", "tid": 1, "done": 1, "total": 2, "unit": "batches",
+               "metrics": {"loss": nan, "grad": inf}},
+              {"t": 1000.3, "rank": 0, "kind": "entry_done", "tid": 1}]
+    result = WorldResult(("w0",), 7, FaultPlan(), 30.0, [RankOutcome(0, "w0", status="ok", events=events)])
+    document = _strict(open(write_trace(result, str(tmp_path / "w.trace.json"))).read())
+    written = json.dumps(document)
+    assert "null" in written and "loss" in written, written
+
+
+def test_bench_figures_with_no_measurement_are_json_every_parser_reads(tmp_path, capsys, monkeypatch):
+    from rpc_harness.apps import bench
+
+    monkeypatch.setattr(bench, "table", lambda figures: "")  # the table's shape is not this test's
+    path = tmp_path / "bench.json"
+    bench._finish({"bring_up": {"median": float("nan"), "rows": [{"seconds": float("inf")}]}}, str(path))
+    assert _strict(path.read_text()) == {"bring_up": {"median": None, "rows": [{"seconds": None}]}}

@@ -311,8 +311,12 @@ def test_an_entry_whose_module_is_not_there_fails_its_test_with_the_users_line_a
         "'nomodule': No module named 'nomodule'"], report
 
 
-def test_ini_deadline_applies(pytester):
-    pytester.makeini("[pytest]\nrpc_deadline = 2\n")
+@pytest.mark.parametrize("deadline", ["2", "2000ms"])
+def test_ini_deadline_applies(pytester, deadline):
+    # Issue 38: a duration takes the same forms at every door, the ini file's too.
+    if not deadline.isdigit() and pytest.version_tuple < (9, 2):
+        pytest.skip("an ini key typed as a number or text needs pytest 9.2")
+    pytester.makeini(f"[pytest]\nrpc_deadline = {deadline}\n")
     pytester.makepyfile(
         ENTRIES + '\ndef test_hangs(rpc_world):\n    rpc_world.run(hangs, world_size=2, faults="hang:worker1@demo.step")\n'
     )
@@ -324,8 +328,9 @@ def test_ini_deadline_applies(pytester):
 def test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers(pytester):
     # pytest's native TOML config checks each value against its key's type:
     # keys typed "string" refused `rpc_deadline = 2` ("expects a string, got int").
+    units = pytest.version_tuple >= (9, 2)  # a key typed as a number or text (rpc_bringup = "30s")
     pytester.makepyprojecttoml('[tool.pytest]\nrpc_deadline = 2\nrpc_call_timeout = 30\nrpc_fuzz = 0\n'
-                               'rpc_seed = 7\nrpc_schedule = "free"\n')
+                               'rpc_seed = 7\nrpc_schedule = "free"\n' + ('rpc_bringup = "30s"\n' if units else ''))
     pytester.makepyfile(
         ENTRIES + '\ndef test_hangs(rpc_world):\n    rpc_world.run(hangs, world_size=2, faults="hang:worker1@demo.step")\n'
     )
@@ -678,7 +683,7 @@ def test_plain(rpc_world):
     drawn, plain = sorted(sections, key=lambda text: "test_plain" in text)
     assert drawn.startswith("pytest test_a_hypothesis_tests_replay_section_says_where_its_failing_example_comes_back_"
                             "from.py::test_drawn --rpc-seed=3\n(a Hypothesis test: this line finds the failing "
-                            "example again where Hypothesis's database (.hypothesis/) holds it"), drawn
+                            "example again where Hypothesis's database (in pytest's cache folder) holds it"), drawn
     assert "Hypothesis" not in plain, plain
 
 
