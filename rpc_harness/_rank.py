@@ -42,6 +42,7 @@ from . import (
 )
 from . import _messages as msg
 from ._boot import Boot, rank_file
+from .c10d import hooks as c10d_hooks
 from .context import EventLog, RankContext, activate
 from .errors import one_line
 from .faults import FaultPlan
@@ -52,6 +53,7 @@ from .seeds import seed_everything
 # In the forkserver, before it imports anything else: modules imported from
 # here on (preloaded test modules, the program's) bind the wrapped RPC API.
 _rpc_hooks.install()
+c10d_hooks.install()  # failpoints and history at every collective, from Python or C++ (DDP, FSDP)
 _lifecycle.install()
 _rendezvous.install()  # off until the rank chooses (rpc_harness._rendezvous)
 _devices.install()  # a spawned program's device maps: CUDA channels, or refused where there is no CUDA
@@ -121,6 +123,8 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         program_timeout=options.rpc_timeout,
     )
     _rpc_hooks.start(ctx, events)
+    c10d_hooks.open_history(rank_file(boot.workdir, boot.rank, "c10d"), boot.rank)
+    c10d_hooks.start(ctx)
     if schedule is not None:  # a controlled schedule: this rank's tasks wait for their turn
         ctx.schedule_point = _gate.start(schedule, boot.rank).point
     try:
@@ -214,6 +218,7 @@ def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: Even
     activate(ctx)
     seed_everything(ctx.seed)
     _rpc_hooks.start(ctx, events)
+    c10d_hooks.start(ctx)
     patched = _arm_faults_without_code(order.faults, ctx)
     try:
         program = order.entry.load(where=f"rank {boot.rank}")

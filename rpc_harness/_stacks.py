@@ -17,6 +17,7 @@ from . import _stackdump
 
 _RANK_FILE = os.path.join("rpc_harness", "_rank.py")
 _HOOKS_FILE = os.path.join("rpc_harness", "_rpc_hooks.py")
+_C10D_HOOKS_FILE = os.path.join("rpc_harness", "c10d", "hooks.py")
 _WATCH_FILE = os.path.join("rpc_harness", "rank_setup.py")
 _DUMPER_FILE = os.path.join("rpc_harness", "_stackdump.py")
 # One thread's block from the next: a blank line, or a thread's header line.
@@ -44,8 +45,8 @@ def annotate_stacks(text: str) -> str:
         out = []
         for line in lines:
             match = _FRAME_RE.match(line)
-            if match and match["file"].endswith(_HOOKS_FILE):
-                continue  # the harness's RPC wrappers: between the program's frames and torch's
+            if match and match["file"].endswith((_HOOKS_FILE, _C10D_HOOKS_FILE)):
+                continue  # the harness's RPC and collective wrappers: between the program's frames and torch's
             out.append(line)
             if not match:
                 continue
@@ -64,7 +65,8 @@ def annotate_stacks(text: str) -> str:
 # (_gate), the rank's bootstrap (_rank). Not context.py: a failpoint's frame
 # (hang_at_failpoint, failpoint) says where a fault acted.
 HARNESS_FILES = tuple(os.path.join("rpc_harness", name) for name in (
-    "_gate.py", "_lifecycle.py", "_rank.py", "_rpc_hooks.py", "_callpoints.py", "_stackdump.py"))
+    "_gate.py", "_lifecycle.py", "_rank.py", "_rpc_hooks.py", "_callpoints.py", "_stackdump.py")) + (
+    _C10D_HOOKS_FILE,)
 FRAMES_ENV = "RPC_HARNESS_FRAMES"  # 1: reports show the harness's own frames too
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _BOOTSTRAP_NOTE = "  (harness bootstrap frames omitted)"

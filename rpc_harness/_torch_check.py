@@ -323,6 +323,49 @@ def group_uses(source: str) -> list[str]:
     return [use for _, _, use in sorted(found)]
 
 
+def _c10d_dispatch() -> None:
+    """The Python kernel rpc_harness.c10d.hooks registers in front of every
+    c10d op: at BackendSelect, handed the dispatch keys, redispatching below."""
+    import torch
+
+    if "with_keyset" not in inspect.signature(torch.library.Library.impl).parameters:
+        raise Mismatch("torch.library.Library.impl takes no with_keyset")
+    below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+    if below.has(torch._C.DispatchKey.BackendSelect) or not below.has(torch._C.DispatchKey.CPU):
+        raise Mismatch("the keys after BackendSelect are not those below it")
+
+
+def _c10d_op(op: Any) -> Callable[[], None]:
+    """A c10d dispatcher op with a process group, and tensors where the table says."""
+
+    def check() -> None:
+        import torch
+        import torch.distributed  # noqa: F401 - registers the c10d ops
+
+        if not torch.distributed.is_available():
+            raise Mismatch("torch.distributed is not available in this build")
+        arguments = getattr(torch.ops.c10d, op.name).default._schema.arguments
+        if not any(arg.name == "process_group" for arg in arguments):
+            raise Mismatch(f"c10d::{op.name} takes no process_group")
+        for index, what in ((op.tensors, "Tensor"), (op.peer, "int")):
+            if index is not None and (index >= len(arguments) or what not in str(arguments[index].type)):
+                raise Mismatch(f"c10d::{op.name}'s argument {index} is not a {what}: {_schema_text(arguments)}")
+
+    return check
+
+
+def _schema_text(arguments: Any) -> str:
+    return ", ".join(f"{arg.type} {arg.name}" for arg in arguments)
+
+
+def _p2p_functions() -> None:
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in ("send", "recv", "isend", "irecv"):
+        if not hasattr(inspect.unwrap(getattr(c10d, name)), "__code__"):
+            raise Mismatch(f"distributed_c10d.{name} is not a Python function")
+
+
 def _accelerator() -> None:
     _callable("torch.accelerator.is_available")()
 
@@ -330,6 +373,24 @@ def _accelerator() -> None:
 # -- the table --------------------------------------------------------------------------------
 
 _CALL = ("to", "func", "args", "kwargs", "timeout")
+
+def _c10d_pieces() -> tuple[Piece, ...]:
+    from .c10d.ops import OPS
+
+    return (
+        Piece("torch.library.Library.impl(with_keyset=) at BackendSelect",
+              "a Python kernel in front of every c10d op: failpoints c10d.OP and the collective history",
+              _c10d_dispatch),
+        *(Piece(f"torch.ops.c10d.{op.name}", f"failpoint c10d.{op.point} and its history (its group, tensors)",
+                _c10d_op(op)) for op in OPS),
+        Piece("torch.distributed.ProcessGroup.unbox / Work.unbox",
+              "the group of a collective (its name, members) and its work's completion",
+              lambda: (_attributes("torch.distributed.ProcessGroup", "unbox", "group_name", "group_desc"),
+                       _attributes("torch.distributed.Work", "unbox", "get_future"))),
+        Piece("torch.distributed.distributed_c10d.send/recv/isend/irecv",
+              "telling isend from send (and irecv from recv) at failpoints c10d.isend, c10d.irecv", _p2p_functions),
+    )
+
 
 PIECES: tuple[Piece, ...] = (
     Piece("torch.distributed.rpc", "every world", _rpc_available),
@@ -401,6 +462,7 @@ PIECES: tuple[Piece, ...] = (
           feature=FAULTY_AGENT),
     Piece("FLAGS_caffe2_log_level (libc10)", "counting the sends a msgfail fault failed (torch's retry log)",
           _log_flag, feature=RETRY_LOG),
+    *_c10d_pieces(),
 )
 
 

@@ -296,9 +296,10 @@ class RankContext:
 
     def failpoint(self, name: str) -> None:
         """Reach failpoint ``name``: fire the faults armed there for this hit."""
-        if self.schedule_point is not None and not name.startswith("rpc."):
+        if self.schedule_point is not None and not name.startswith(("rpc.", "c10d.")):
             # A scheduling point of its own (an RPC's failpoints stand at the
-            # RPC's, which is one already).
+            # RPC's, which is one already; a collective's peers wait in it
+            # for each other, which the scheduler cannot see).
             self.schedule_point(f"failpoint {name}")
         armed = self._armed.get(name)
         if armed is None and not self.fuzz and not self._count_all:

@@ -9,9 +9,11 @@ round-trips: ``FaultPlan.parse(str(plan)) == plan``. One fault reads::
 - ``POINT`` is a failpoint for ``delay``/``kill``/``raise``/``hang``: one
   written in the code (``trainer.step``), or one that needs no code at all:
   ``rpc.call:NAME`` (the rank issues an RPC that runs NAME), ``rpc.serve:NAME``
-  (the rank runs NAME for a peer) or ``call:package.module:Qualified.name``
-  (any importable function or method). For ``msgfail``/``msgdelay`` it is a
-  torch RPC message type.
+  (the rank runs NAME for a peer), ``call:package.module:Qualified.name``
+  (any importable function or method) or ``c10d.OP[:GROUP]`` (the rank
+  enters a collective or point-to-point op of ``torch.distributed``, from
+  Python or from C++ as DDP and FSDP do; see ``rpc_harness.c10d.ops``). For
+  ``msgfail``/``msgdelay`` it is a torch RPC message type.
 - ``#HIT`` fires on the HIT-th time the rank reaches the failpoint (1-based);
   ``#HIT+`` on that hit and every later one. Defaults: ``delay`` fires on
   every hit (``#1+``), the others on the first (``#1``).
@@ -35,6 +37,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .c10d.ops import check_point as check_c10d_point
+from .c10d.ops import is_c10d_point
 from .durations import format_seconds, parse_seconds
 from .errors import FaultPlanError, clip
 
@@ -204,8 +208,9 @@ def uses_faulty_agent(plan: Iterable[Fault], fuzz: float) -> bool:
 
 def is_code_point(point: str) -> bool:
     """Whether ``point`` is a failpoint written in the code (``trainer.step``),
-    not one the harness makes (``rpc.call:...``, ``rpc.serve:...``, ``call:...``)."""
-    return ":" not in point
+    not one the harness makes (``rpc.call:...``, ``rpc.serve:...``, ``call:...``,
+    ``c10d.OP``)."""
+    return ":" not in point and not is_c10d_point(point)
 
 
 @dataclass(frozen=True)
@@ -392,11 +397,13 @@ def _check_fault(fault: Fault, *, where: str) -> None:
             # Every report of the fault repeats it (never fired, fired, the
             # replay lines): a name no program uses is refused here, cut.
             raise FaultPlanError(f"{where}: failpoint name {clip(fault.point)} is longer than {MAX_POINT} characters")
-        if not (_POINT_RE.match(fault.point) or _RPC_POINT_RE.match(fault.point)
+        if is_c10d_point(fault.point):
+            check_c10d_point(fault.point, where=where)
+        elif not (_POINT_RE.match(fault.point) or _RPC_POINT_RE.match(fault.point)
                 or _CALL_POINT_RE.match(fault.point)):
             raise FaultPlanError(
                 f"{where}: bad failpoint name {clip(fault.point)}; use a name like trainer.step, "
-                "rpc.call:NAME, rpc.serve:NAME or call:package.module:Qualified.name"
+                "rpc.call:NAME, rpc.serve:NAME, call:package.module:Qualified.name or c10d.all_reduce"
             )
     elif fault.point not in kind.message_types:
         why = ("torch retries only these" if kind.name == "msgfail"

@@ -93,7 +93,7 @@ REFUSALS = {
     "bad failpoint": (
         lambda: Fault("kill", "a", "b c"),
         "'kill:a@b c': bad failpoint name 'b c'; use a name like trainer.step, "
-        "rpc.call:NAME, rpc.serve:NAME or call:package.module:Qualified.name",
+        "rpc.call:NAME, rpc.serve:NAME, call:package.module:Qualified.name or c10d.all_reduce",
     ),
     "a message type a delay cannot see": (
         lambda: Fault("msgdelay", "a", "RREF_FORK_REQUEST", arg=1.0),

@@ -351,3 +351,19 @@ def test_the_faulty_agent_that_cannot_be_imported_is_said(monkeypatch):
     assert why(T._faulty_agent) == (
         "torch.distributed.rpc._testing cannot be imported (no faulty agent here)"
     )
+
+
+def test_the_c10d_checks_fail_on_a_torch_whose_ops_or_names_moved(monkeypatch):
+    from rpc_harness.c10d.ops import BY_NAME, Op
+
+    pieces = {piece.name: piece for piece in T._c10d_pieces()}
+    assert set(pieces) >= {f"torch.ops.c10d.{name}" for name in BY_NAME}
+    for piece in pieces.values():
+        piece.check()  # this torch has them all
+    # An op whose tensors or peer stand elsewhere than the table says.
+    assert "argument 1 is not a Tensor" in why(T._c10d_op(Op("barrier", ("barrier",), 1)))
+    assert "argument 0 is not a int" in why(T._c10d_op(Op("send", ("send",), 0, peer=0)))
+    monkeypatch.delattr(torch.distributed.ProcessGroup, "unbox")
+    assert "has no 'unbox'" in why(pieces["torch.distributed.ProcessGroup.unbox / Work.unbox"].check)
+    monkeypatch.setattr(torch.library.Library, "impl", lambda self, op_name, fn, dispatch_key="": None)
+    assert "takes no with_keyset" in why(pieces["torch.library.Library.impl(with_keyset=) at BackendSelect"].check)

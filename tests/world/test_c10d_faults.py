@@ -1,0 +1,72 @@
+"""Faults at collectives, with no code change (``c10d.OP`` failpoints):
+each kind fires exactly in the collective and hit its plan names, in
+collectives of the Python API and in those DDP's reducer and FSDP2 issue
+from C++ and through functional collectives. The entries make their own
+process group, as a user program does.
+
+Where a fault struck is read from the rank's own event log, in the order
+the entry wrote it: the fault's record lies between the entry's events
+before and after the step whose collective it names, or the test fails."""
+
+from __future__ import annotations
+
+import c10d_entries
+
+import rpc_harness
+
+
+def timeline(outcome):
+    """The entry's step events and the faults that fired, in the order the rank wrote them."""
+    out = []
+    for event in outcome.events:
+        if event.get("kind") == "event" and event["name"].startswith("step."):
+            out.append((event["name"].removeprefix("step."), event["step"]))
+        elif event.get("kind") == "fault":
+            out.append(("fault", event["hit"]))
+    return out
+
+
+def fired(result):
+    return [(f.rank, f.fault, f.hit) for f in result.fired_faults()]
+
+
+def test_a_kill_strikes_inside_ddps_third_gradient_all_reduce():
+    result = rpc_harness.run_world(c10d_entries.ddp_steps, world_size=2, args=(4,),
+                                   faults="kill:worker1@c10d.all_reduce#3", deadline=60, check=False)
+    victim = result[1]
+    assert victim.status == "killed" and victim.signal == "SIGKILL"
+    # DDP's reducer all-reduces the gradients once a backward pass (one bucket):
+    # the third all-reduce is the third step's backward, which never returned.
+    assert timeline(victim) == [("before", 1), ("after", 1), ("before", 2), ("after", 2), ("before", 3), ("fault", 3)]
+    assert fired(result) == [(1, "kill:worker1@c10d.all_reduce#3", 3)]
+    assert ("after", 3) not in timeline(result[0])  # its peer never got through that all-reduce
+
+
+def test_a_delay_holds_its_rank_before_exactly_the_all_reduce_it_names():
+    result = rpc_harness.run_world(c10d_entries.timed_all_reduces, world_size=2, args=(3,),
+                                   faults="delay:worker1@c10d.all_reduce#2=0.5s", deadline=60)
+    assert timeline(result[1]) == [("before", 1), ("after", 1), ("before", 2), ("fault", 2), ("after", 2),
+                                   ("before", 3), ("after", 3)]
+    assert fired(result) == [(1, "delay:worker1@c10d.all_reduce#2=0.5s", 2)]
+    # Its peer waited in that all-reduce for it.
+    assert result.values[0][1] >= 0.5 and result.values[1][1] >= 0.5, result.values
+
+
+def test_a_raise_reaches_the_program_from_the_python_apis_all_reduce_on_the_hit_it_names():
+    plan = "raise:worker0@c10d.all_reduce#2,raise:worker1@c10d.all_reduce#2"
+    result = rpc_harness.run_world(c10d_entries.catching, world_size=2, args=(3,), faults=plan, deadline=60)
+    for rank, raised in enumerate(result.values):
+        [(step, kind, message)] = raised
+        assert (step, kind) == (2, "InjectedFault")
+        assert f"raise:worker{rank}@c10d.all_reduce#2 fired on hit 2" in message
+
+
+def test_a_raise_inside_ddps_reducer_fails_the_backward_pass_it_names():
+    plan = "raise:worker0@c10d.all_reduce#2,raise:worker1@c10d.all_reduce#2"
+    result = rpc_harness.run_world(c10d_entries.ddp_steps, world_size=2, args=(3,), faults=plan, deadline=60,
+                                   check=False)
+    assert [r.status for r in result] == ["raised", "raised"]
+    for rank, outcome in enumerate(result):
+        assert outcome.error.startswith("InjectedFault: injected fault"), outcome.error
+        assert f"raise:worker{rank}@c10d.all_reduce#2 fired on hit 2" in outcome.error
+        assert timeline(outcome) == [("before", 1), ("after", 1), ("before", 2), ("fault", 2)]
