@@ -85,3 +85,95 @@ def timed_all_reduces(ctx, count):
         ctx.event("step.after", step=step)
     leave_group()
     return took
+
+
+def every_op(ctx):
+    """Each collective and point-to-point op of torch.distributed once (two
+    ranks): the point each one hit, read from nothing but the plan's faults,
+    and the errors of those gloo does not support, by op."""
+    join_group(ctx)
+    rank, size = ctx.rank, ctx.world_size
+    peer = 1 - rank
+    ones = torch.ones(4)
+    unsupported = {}
+
+    def attempt(name, call):
+        try:
+            call()
+        except RuntimeError as error:
+            unsupported[name] = str(error).splitlines()[0]
+
+    attempt("all_reduce", lambda: dist.all_reduce(ones.clone()))
+    attempt("all_gather", lambda: dist.all_gather([torch.empty(4) for _ in range(size)], ones))
+    attempt("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(torch.empty(4 * size), ones))
+    attempt("reduce_scatter", lambda: dist.reduce_scatter(torch.empty(4), [ones.clone() for _ in range(size)]))
+    attempt("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * size)))
+    attempt("broadcast", lambda: dist.broadcast(ones.clone(), src=0))
+    attempt("reduce", lambda: dist.reduce(ones.clone(), dst=0))
+    attempt("gather", lambda: dist.gather(ones, [torch.empty(4) for _ in range(size)] if rank == 0 else None, dst=0))
+    attempt("scatter", lambda: dist.scatter(torch.empty(4), [ones.clone() for _ in range(size)] if rank == 0 else None,
+                                            src=0))
+    attempt("all_to_all", lambda: dist.all_to_all([torch.empty(2) for _ in range(size)],
+                                                  [torch.ones(2) for _ in range(size)]))
+    attempt("all_to_all_single", lambda: dist.all_to_all_single(torch.empty(4), torch.ones(4)))
+    attempt("barrier", lambda: dist.barrier())
+    attempt("monitored_barrier", lambda: dist.monitored_barrier())
+    attempt("all_reduce_coalesced", lambda: dist.all_reduce_coalesced([ones.clone(), ones.clone()]))
+    attempt("all_gather_coalesced", lambda: dist.all_gather_coalesced(
+        [[torch.empty(4)] for _ in range(size)], [ones]))
+
+    def coalesced(collective):
+        with dist._coalescing_manager(async_ops=True) as manager:
+            collective()
+        manager.wait()
+
+    attempt("all_gather_into_tensor_coalesced", lambda: coalesced(
+        lambda: dist.all_gather_into_tensor(torch.empty(4 * size), ones)))
+    attempt("reduce_scatter_tensor_coalesced", lambda: coalesced(
+        lambda: dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * size))))
+    if rank == 0:
+        dist.send(ones, peer)
+        dist.isend(ones, peer).wait()
+        dist.recv(torch.empty(4), peer)
+        dist.irecv(torch.empty(4), peer).wait()
+    else:
+        dist.recv(torch.empty(4), peer)
+        dist.irecv(torch.empty(4), peer).wait()
+        dist.send(ones, peer)
+        dist.isend(ones, peer).wait()
+    leave_group()
+    return unsupported
+
+
+def fsdp_steps(ctx, steps):
+    """FSDP2 (``fully_shard``) over a small model on gloo: an event before
+    and after each step (forward with the parameters' all-gather, backward
+    with the gradients' reduce-scatter, optimizer step)."""
+    from torch.distributed.fsdp import fully_shard
+
+    join_group(ctx)
+    torch.manual_seed(0)
+    model = fully_shard(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, steps + 1):
+        ctx.event("step.before", step=step)
+        opt.zero_grad()
+        model(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        ctx.event("step.after", step=step)
+    leave_group()
+    return steps
+
+
+def two_groups(ctx, steps):
+    """Each step one all-reduce in the default group, then one in a
+    subgroup of every rank described as "sub"."""
+    join_group(ctx)
+    sub = dist.new_group(list(range(ctx.world_size)), group_desc="sub")
+    for step in range(1, steps + 1):
+        ctx.event("step.before", step=step)
+        dist.all_reduce(torch.ones(4))
+        dist.all_reduce(torch.ones(4), group=sub)
+        ctx.event("step.after", step=step)
+    leave_group()
+    return steps

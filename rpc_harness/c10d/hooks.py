@@ -150,11 +150,7 @@ class _Watch:
         tensors = describe_tensors(args[op.tensors]) if op.tensors is not None else ""
         seq = self.history.enter(name, point, op.p2p, tensors, peer)
         try:
-            self.ctx.failpoint(PREFIX + point)
-            if self.per_group:
-                self.ctx.failpoint(f"{PREFIX}{point}:{name}")
-                if group.group_desc not in (name, "undefined"):
-                    self.ctx.failpoint(f"{PREFIX}{point}:{group.group_desc}")
+            self._reach(point, name, group.group_desc)
             out = redispatch(keyset, *args)
         except BaseException as error:
             self.history.done(name, seq, op.p2p, error)
@@ -165,6 +161,15 @@ class _Watch:
         else:
             self._on_completion(work, name, seq, op.p2p)
         return out
+
+    def _reach(self, point: str, name: str, desc: str) -> None:
+        """The failpoints of one op: ``c10d.OP``, and where a plan names
+        groups, ``c10d.OP:NAME`` and ``c10d.OP:DESCRIPTION``."""
+        self.ctx.failpoint(PREFIX + point)
+        if self.per_group:
+            self.ctx.failpoint(f"{PREFIX}{point}:{name}")
+            if desc not in (name, "undefined"):
+                self.ctx.failpoint(f"{PREFIX}{point}:{desc}")
 
     def _on_completion(self, work: Any, group: str, seq: int, p2p: bool) -> None:
         import torch.distributed as dist

@@ -70,3 +70,71 @@ def test_a_raise_inside_ddps_reducer_fails_the_backward_pass_it_names():
         assert outcome.error.startswith("InjectedFault: injected fault"), outcome.error
         assert f"raise:worker{rank}@c10d.all_reduce#2 fired on hit 2" in outcome.error
         assert timeline(outcome) == [("before", 1), ("after", 1), ("before", 2), ("fault", 2)]
+
+
+def test_a_kill_strikes_inside_fsdp2s_second_reduce_scatter():
+    result = rpc_harness.run_world(c10d_entries.fsdp_steps, world_size=2, args=(3,),
+                                   faults="kill:worker1@c10d.reduce_scatter_tensor#2", deadline=60, check=False)
+    victim = result[1]
+    assert victim.status == "killed" and victim.signal == "SIGKILL"
+    # fully_shard gathers the parameters in forward and reduce-scatters the
+    # gradients in backward, once a step each: the second step's backward.
+    assert timeline(victim) == [("before", 1), ("after", 1), ("before", 2), ("fault", 2)]
+    assert fired(result) == [(1, "kill:worker1@c10d.reduce_scatter_tensor#2", 2)]
+    assert ("after", 2) not in timeline(result[0])
+
+
+def test_a_hang_blocks_its_rank_in_exactly_the_collective_it_names_until_the_deadline():
+    result = rpc_harness.run_world(c10d_entries.all_reduces, world_size=2, args=(3,),
+                                   faults="hang:worker1@c10d.all_reduce#2", deadline=4, check=False)
+    assert result.timed_out
+    victim = result[1]
+    assert victim.status == "hung"
+    assert timeline(victim) == [("before", 1), ("after", 1), ("before", 2), ("fault", 2)]
+    assert "hang_at_failpoint" in victim.stacks
+    assert fired(result) == [(1, "hang:worker1@c10d.all_reduce#2", 2)]
+    assert timeline(result[0])[-1] == ("before", 2)  # waiting for it in that all-reduce
+
+
+def test_a_freeze_stops_its_rank_in_exactly_the_collective_it_names():
+    result = rpc_harness.run_world(c10d_entries.all_reduces, world_size=2, args=(3,),
+                                   faults="freeze:worker1@c10d.all_reduce#2", deadline=4, check=False)
+    assert result.timed_out  # its peer waits in the all-reduce for a rank that never answers
+    victim = result[1]
+    assert victim.status == "killed" and "frozen (SIGSTOP)" in victim.describe()
+    assert timeline(victim) == [("before", 1), ("after", 1), ("before", 2), ("fault", 2)]
+    assert fired(result) == [(1, "freeze:worker1@c10d.all_reduce#2", 2)]
+    assert timeline(result[0])[-1] == ("before", 2)
+
+
+def test_every_collective_and_point_to_point_op_hits_its_own_point_once():
+    from rpc_harness.c10d.ops import POINTS
+
+    # A zero delay at every point of both ranks: each must fire (a fault that
+    # never fires fails the world), and only once, since each op runs once:
+    # isend is not send, all_gather_into_tensor not all_gather.
+    plan = ",".join(f"delay:worker{rank}@c10d.{point}=0s" for rank in (0, 1) for point in POINTS)
+    result = rpc_harness.run_world(c10d_entries.every_op, world_size=2, faults=plan, deadline=120)
+    assert result.values == [{}, {}]  # gloo ran every one
+    assert set(result.fault_counts().values()) == {1}, result.fault_counts()
+
+
+def test_a_point_with_a_group_counts_that_groups_ops_only():
+    # Each step all-reduces in the default group, then in the subgroup: the
+    # second all-reduce overall is the first step's subgroup one, the
+    # subgroup's second is the second step's.
+    plan = "delay:worker1@c10d.all_reduce:sub#2=0s,delay:worker0@c10d.all_reduce:1#3=0s"
+    result = rpc_harness.run_world(c10d_entries.two_groups, world_size=2, args=(3,), faults=plan, deadline=60)
+    assert ("fault", 2) in timeline(result[1])
+    assert timeline(result[1]).index(("fault", 2)) == timeline(result[1]).index(("before", 2)) + 1
+    assert timeline(result[0]).index(("fault", 3)) == timeline(result[0]).index(("before", 3)) + 1
+    assert sorted(fired(result)) == [(0, "delay:worker0@c10d.all_reduce:1#3=0s", 3),
+                                     (1, "delay:worker1@c10d.all_reduce:sub#2=0s", 2)]
+
+
+def test_a_c10d_fault_that_never_fires_fails_the_world_naming_what_its_rank_reached():
+    result = rpc_harness.run_world(c10d_entries.all_reduces, world_size=2, args=(2,),
+                                   faults="kill:worker1@c10d.all_reduce#3", deadline=60, check=False)
+    [problem] = result.problems
+    assert problem.startswith("fault kill:worker1@c10d.all_reduce#3 never fired (only 2 hit(s) of c10d.all_reduce"), \
+        problem
