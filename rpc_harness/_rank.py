@@ -43,6 +43,7 @@ from . import (
 from . import _messages as msg
 from ._boot import Boot, rank_file
 from .c10d import hooks as c10d_hooks
+from .c10d.history import HISTORY
 from .context import EventLog, RankContext, activate
 from .errors import one_line
 from .faults import FaultPlan
@@ -123,7 +124,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         program_timeout=options.rpc_timeout,
     )
     _rpc_hooks.start(ctx, events)
-    c10d_hooks.open_history(rank_file(boot.workdir, boot.rank, "c10d"), boot.rank)
+    c10d_hooks.open_history(rank_file(boot.workdir, boot.rank, HISTORY), boot.rank)
     c10d_hooks.start(ctx)
     if schedule is not None:  # a controlled schedule: this rank's tasks wait for their turn
         ctx.schedule_point = _gate.start(schedule, boot.rank).point

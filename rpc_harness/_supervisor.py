@@ -27,6 +27,7 @@ from . import result as R
 from ._boot import Boot, rank_file
 from ._schedule_link import STALL_SECONDS, ScheduleLink
 from ._stacks import annotate_stacks, hide_hook_frames
+from .c10d.history import where_ranks_are
 from .context import read_event_lines
 from .errors import FaultPlanError
 from .events import faults_fired
@@ -481,6 +482,9 @@ class Supervisor:
             problems += _tally.unfired(plan, self.outcomes) + _tally.cut_short(plan, self.outcomes)
             if self.spec.spawned and self.spec.options.expect != "unfinished":
                 problems += _unfinished(self.outcomes)
+        lost = any(o.status in (R.KILLED, R.DIED) for o in self.outcomes)
+        # Where each rank was in its collectives explains a hang, a deadline or a lost rank.
+        collectives = where_ranks_are(self.workdir, len(self.outcomes)) if stopped_early or lost else []
         schedule, schedule_note, lost_at = [], "", None
         if self.link is not None:
             scheduler = self.link.scheduler
@@ -509,6 +513,7 @@ class Supervisor:
             schedule_label=self.schedule_label,
             fuzz=self.spec.options.fuzz or 0.0,
             devices=self.spec.device_note,
+            collectives=collectives,
         )
 
 

@@ -156,6 +156,9 @@ class WorldResult:
     # An entry of a reused world (rpc_world_module, rpc_world_session): which
     # entry of its world it was, or why the world was brought up anew ("": a world of its own).
     reuse: str = ""
+    # Where each rank was in its collectives, for a world that hung, ran out
+    # of time, failed or lost a rank (rpc_harness.c10d.history.where_ranks_are).
+    collectives: list[str] = field(default_factory=list)
 
     @property
     def schedule_digest(self) -> str:
@@ -240,6 +243,7 @@ class WorldResult:
         lines += [f"  {problem}" for problem in self.problems]
         groups = _alike(self.ranks)
         lines += ["  " + _group_line(group) for group in groups]
+        lines += [f"  collectives: {line}" for line in self.collectives]
         for group in groups:
             outcome = group[0]
             if not outcome.failed:

@@ -177,3 +177,32 @@ def two_groups(ctx, steps):
         ctx.event("step.after", step=step)
     leave_group()
     return steps
+
+
+def disagreeing(ctx):
+    """Two all-reduces on every rank, then a third on all but the last
+    rank, which broadcasts instead: the third collective never completes."""
+    join_group(ctx)
+    dist.all_reduce(torch.ones(16))
+    dist.all_reduce(torch.ones(16))
+    if ctx.rank == ctx.world_size - 1:
+        dist.broadcast(torch.ones(16), src=0)
+    else:
+        dist.all_reduce(torch.ones(16))
+    leave_group()
+
+
+def one_short(ctx):
+    """Three all-reduces on every rank but the last, which does two and returns."""
+    join_group(ctx)
+    for _ in range(2 if ctx.rank == ctx.world_size - 1 else 3):
+        dist.all_reduce(torch.ones(4))
+
+
+def mismatched(ctx):
+    """An all-gather whose ranks give tensors of different lengths."""
+    join_group(ctx)
+    dist.all_reduce(torch.ones(4))
+    size = 8 * (ctx.rank + 1)
+    dist.all_gather([torch.empty(size) for _ in range(ctx.world_size)], torch.ones(size))
+    leave_group()

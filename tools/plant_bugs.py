@@ -51,6 +51,8 @@ CL = "tests/world/test_control_lost.py::"
 UCL = "tests/unit/test_control_lost.py::"
 RW = "tests/world/test_reuse.py::"
 CD = "tests/world/test_c10d_faults.py::"
+CR = "tests/world/test_c10d_reports.py::"
+CH = "tests/unit/test_c10d_history.py::"
 URV = "tests/unit/test_rendezvous.py::"
 WRV = "tests/world/test_rendezvous.py::"
 
@@ -1181,6 +1183,26 @@ BUGS = (
         "            out = redispatch(keyset, *args)\n            self._reach(point, name, group.group_desc)\n",
         (CD + "test_a_hang_blocks_its_rank_in_exactly_the_collective_it_names_until_the_deadline",
          CD + "test_a_delay_holds_its_rank_before_exactly_the_all_reduce_it_names")),
+    Bug("the report leaves out where the ranks were in their collectives", "rpc_harness/_supervisor.py",
+        "collectives = where_ranks_are(self.workdir, len(self.outcomes)) if stopped_early or lost else []",
+        "collectives = []",
+        (CR + "test_ranks_stuck_at_different_ops_of_one_collective_are_named_with_their_ops",)),
+    Bug("a rank's collective history is not kept", "rpc_harness/_rank.py",
+        "c10d_hooks.open_history(rank_file(boot.workdir, boot.rank, HISTORY), boot.rank)",
+        "c10d_hooks.open_history(None, boot.rank)",
+        (CR + "test_a_rank_killed_in_ddps_all_reduce_is_shown_inside_it",)),
+    Bug("a rank behind its peers' collective is not named", "rpc_harness/c10d/history.py",
+        "    behind = {rank: last for rank, last in lasts.items() if last is None or last.seq < top}",
+        "    behind = {rank: last for rank, last in lasts.items() if last is not None and last.seq < top}",
+        (CH + "test_a_rank_that_entered_no_collective_says_so",)),
+    Bug("ranks that disagree on shapes are not named", "rpc_harness/c10d/history.py",
+        "            if len(set(values.values())) > 1:", "            if len(set(values.values())) > 2:",
+        (CH + "test_ranks_that_disagree_on_a_shape_are_named_with_theirs",
+         CR + "test_ranks_that_gave_a_collective_different_shapes_are_named_with_theirs")),
+    Bug("an op that failed on a rank reads as completed", "rpc_harness/c10d/history.py",
+        '    return "not completed" if not entered.done else "failed" if entered.error else "completed"',
+        '    return "not completed" if not entered.done else "completed"',
+        (CH + "test_an_op_that_failed_on_a_rank_is_not_said_to_have_completed_there",)),
 )
 
 

@@ -1,0 +1,144 @@
+"""The report lines that say where each rank was in its collectives
+(rpc_harness.c10d.history), from histories written as ranks write them
+(rpc_harness.c10d.record), one line form per test."""
+
+from __future__ import annotations
+
+import pytest
+
+from rpc_harness.c10d.history import read_history, where_ranks_are
+from rpc_harness.c10d.record import History
+
+
+@pytest.fixture
+def world(tmp_path):
+    """``world(size)``: a History per rank, writing into tmp_path."""
+    def make(size, members=None):
+        histories = [History(str(tmp_path / f"rank{rank}.c10d"), rank) for rank in range(size)]
+        for history in histories:
+            history.group("0", "default_pg", list(range(size)) if members is None else members)
+        return histories
+
+    return make
+
+
+def run(history, ops, group="0", *, complete=True):
+    """Enter (and complete) each (op, tensors) of ``ops`` in ``group``."""
+    for op, tensors in ops:
+        seq = history.enter(group, op, False, tensors, None)
+        if complete:
+            history.done(group, seq, False)
+
+
+def test_ranks_at_different_ops_of_one_number_are_named_with_each_op(world, tmp_path):
+    ranks = world(4)
+    for rank, history in enumerate(ranks):
+        run(history, [("all_reduce", "float32 [16]")] * 6)
+        run(history, [("all_reduce" if rank == 2 else "broadcast", "float32 [16]")], complete=False)
+    assert where_ranks_are(str(tmp_path), 4) == [
+        "rank 2 at all_reduce #7 (float32 [16]); ranks 0, 1, 3 at broadcast #7 (float32 [16])"]
+
+
+def test_a_rank_behind_the_others_never_entered_their_collective(world, tmp_path):
+    ranks = world(4)
+    for rank, history in enumerate(ranks):
+        run(history, [("all_reduce", "float32 [4]")] * 11)
+        if rank != 3:
+            run(history, [("all_reduce", "float32 [4]")], complete=False)
+    assert where_ranks_are(str(tmp_path), 4) == [
+        "ranks 0-2 at all_reduce #12 (float32 [4])",
+        "rank 3 never entered collective #12 (its last: all_reduce #11, completed)"]
+
+
+def test_a_rank_that_entered_no_collective_says_so(world, tmp_path):
+    ranks = world(2)
+    run(ranks[0], [("barrier", "")], complete=False)
+    assert where_ranks_are(str(tmp_path), 2) == [
+        "rank 0 at barrier #1", "rank 1 never entered collective #1 (it entered none)"]
+
+
+def test_ranks_that_disagree_on_a_shape_are_named_with_theirs(world, tmp_path):
+    ranks = world(2)
+    for rank, history in enumerate(ranks):
+        run(history, [("all_reduce", "float32 [4]")] * 3)
+        run(history, [("all_gather", f"float32 [{8 * (rank + 1)}]")], complete=False)
+    assert where_ranks_are(str(tmp_path), 2) == [
+        "ranks disagree on the shape of all_gather #4: [8] on rank 0, [16] on rank 1",
+        "rank 0 at all_gather #4 (float32 [8]); rank 1 at all_gather #4 (float32 [16])"]
+
+
+def test_ranks_that_disagree_on_a_dtype_are_named_with_theirs(world, tmp_path):
+    ranks = world(3)
+    for rank, history in enumerate(ranks):
+        run(history, [("broadcast", f"{'float64' if rank == 1 else 'float32'} [2, 8], float32 [8]")])
+    assert where_ranks_are(str(tmp_path), 3)[0] == (
+        "ranks disagree on the dtype of broadcast #1: float32, float32 on ranks 0, 2; float64, float32 on rank 1")
+
+
+def test_an_all_to_all_may_differ_in_shape(world, tmp_path):
+    ranks = world(2)
+    for rank, history in enumerate(ranks):
+        run(history, [("all_to_all_single", f"float32 [{rank + 1}]")])
+    assert not any("disagree" in line for line in where_ranks_are(str(tmp_path), 2))
+
+
+def test_ranks_that_all_completed_their_last_collective_say_so(world, tmp_path):
+    for history in world(2):
+        run(history, [("all_reduce", "float32 [4]")] * 2)
+    assert where_ranks_are(str(tmp_path), 2) == ["every rank completed all_reduce #2 (float32 [4]), its last collective"]
+
+
+def test_ranks_inside_one_collective_say_which_completed_it(world, tmp_path):
+    ranks = world(3)
+    for rank, history in enumerate(ranks):
+        run(history, [("all_reduce", "float32 [4]")], complete=rank == 0)
+    assert where_ranks_are(str(tmp_path), 3) == [
+        "every rank at all_reduce #1 (float32 [4]); not completed on ranks 1, 2, completed on rank 0"]
+
+
+def test_a_subgroup_is_numbered_and_named_apart(world, tmp_path):
+    ranks = world(2)
+    for rank, history in enumerate(ranks):
+        run(history, [("all_reduce", "float32 [4]")] * 3)
+        history.group("1", "tp", [0, 1])
+        run(history, [("all_reduce", "float32 [2]")] * (1 if rank else 2), group="1")
+    assert where_ranks_are(str(tmp_path), 2) == [
+        "every rank completed all_reduce #3 (float32 [4]), its last collective",
+        "group 1 (tp): rank 0 at all_reduce #2 (float32 [2])",
+        "group 1 (tp): rank 1 never entered collective #2 (its last: all_reduce #1, completed)"]
+
+
+def test_a_point_to_point_op_never_completed_is_named_with_its_peer(world, tmp_path):
+    ranks = world(2)
+    run(ranks[0], [("barrier", "")])
+    run(ranks[1], [("barrier", "")])
+    ranks[1].enter("0", "recv", True, "float32 [4]", 0)
+    assert where_ranks_are(str(tmp_path), 2)[-1] == "rank 1 in recv #1 from rank 0 (float32 [4]), not completed"
+
+
+def test_a_history_cut_by_a_kill_reads_up_to_its_last_whole_line(world, tmp_path):
+    [history] = world(1)
+    run(history, [("all_reduce", "float32 [4]")], complete=False)
+    with open(tmp_path / "rank0.c10d", "r+b") as file:  # a line the kill cut short, after the last whole one
+        data = file.read()
+        end = data.index(b"\x00")
+        file.seek(end)
+        file.write(b'{"t": 1.0, "k": "done", "g": "0", "n"')
+    assert [e.describe() for e in read_history(str(tmp_path), 0).ops.values()] == ["all_reduce #1 (float32 [4])"]
+    assert not read_history(str(tmp_path), 0).ops[("0", False, 1)].done
+
+
+def test_a_world_without_collectives_has_nothing_to_say(tmp_path):
+    assert where_ranks_are(str(tmp_path), 3) == []
+
+
+def test_an_op_that_failed_on_a_rank_is_not_said_to_have_completed_there(world, tmp_path):
+    ranks = world(3)
+    for rank, history in enumerate(ranks):
+        seq = history.enter("0", "all_reduce", False, "float32 [4]", None)
+        if rank == 1:
+            history.done("0", seq, False, RuntimeError("Connection closed by peer"))
+        elif rank == 2:
+            history.done("0", seq, False)
+    assert where_ranks_are(str(tmp_path), 3) == [
+        "every rank at all_reduce #1 (float32 [4]); not completed on rank 0, failed on rank 1, completed on rank 2"]
