@@ -152,12 +152,14 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
             value = program(ctx, *args, **kwargs)
         if _gate._gate is not None:
             _gate._gate.end()  # the entry's task (a spawned program's ended in its shutdown)
+        c10d_hooks.flush()
         ctx.flush_progress()
         events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         ctx.record_hits()
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
         if _gate._gate is not None:
             _gate._gate.end(failed=True)  # before the failure is reported: the schedule ends here
+        c10d_hooks.flush()
         ctx.flush_progress()
         ctx.record_hits()
         events.write("raised", error=one_line(error), phase=life.phase)
@@ -226,11 +228,13 @@ def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: Even
         args, kwargs = pickle.loads(order.payload)
         events.write("entry_start")
         value = program(ctx, *args, **kwargs)
+        c10d_hooks.flush()
         ctx.flush_progress()
         events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         ctx.record_hits()
         pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
+        c10d_hooks.flush()
         ctx.flush_progress()
         ctx.record_hits()
         events.write("raised", error=one_line(error), phase="entry")

@@ -20,6 +20,7 @@ import errno
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import TextIO
 
 _THREAD_NAME = "rpc-harness-stacks"
@@ -27,6 +28,16 @@ _THREAD_NAME = "rpc-harness-stacks"
 # still being copied in (Linux fills it page by page), so an answer is whole
 # only once this line is in; the report leaves it out.
 END = "(end of stacks)"
+# What a rank brings up to date before it answers (the collective history's
+# completions): called in the answering thread, holding the GIL, each
+# guarded, since the stacks matter more.
+_before: list[Callable[[], None]] = []
+
+
+def before_answering(update: Callable[[], None]) -> None:
+    """Call ``update`` before each answer (once per process, however often registered)."""
+    if update not in _before:
+        _before.append(update)
 
 
 def arm(stacks: TextIO, request_path: str) -> None:
@@ -62,6 +73,11 @@ def request(request_path: str) -> bool:
 def _answer(fd: int, stacks: TextIO) -> None:
     out = stacks.fileno()
     while os.read(fd, 4096):
+        for update in _before:
+            try:
+                update()
+            except Exception:  # noqa: BLE001, S110 - the stacks are what was asked for
+                pass
         # Past the file object's buffer, which would hold back a piece of a
         # large dump until the next: the end line goes out with the rest.
         data = dump().encode()

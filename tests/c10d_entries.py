@@ -206,3 +206,12 @@ def mismatched(ctx):
     size = 8 * (ctx.rank + 1)
     dist.all_gather([torch.empty(size) for _ in range(ctx.world_size)], torch.ones(size))
     leave_group()
+
+
+def stuck_after_collectives(ctx):
+    """Two all-reduces, then failpoint ``test.after`` (where a plan may hang the rank)."""
+    join_group(ctx)
+    dist.all_reduce(torch.ones(4))
+    dist.all_reduce(torch.ones(4))
+    rpc_harness.failpoint("test.after")
+    leave_group()

@@ -31,11 +31,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import _stackdump
 from ..context import RankContext
 from .ops import OPS, PREFIX, Op
 from .record import History, describe_tensors
 
 _library: Any = None  # torch.library.Library holding the kernels; they live as long as it does
+_dist: Any = None  # torch.distributed, once installed
 _watch: _Watch | None = None
 _history: History | None = None
 _unobserved = threading.local()
@@ -48,14 +50,16 @@ _P2P_FRAMES = 8  # Python frames looked at above a point-to-point op
 def install() -> None:
     """Register the kernels (idempotent); they pass every call straight on
     until :func:`start`."""
-    global _library
+    global _library, _dist
     if _library is not None:
         return
     import inspect
 
     import torch
+    import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    _dist = dist
     below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
     library = torch.library.Library("c10d", "IMPL")
     for op in OPS:
@@ -63,6 +67,7 @@ def install() -> None:
         library.impl(op.name, _kernel(op, overload, below), "BackendSelect", with_keyset=True)
     for name in ("send", "recv", "isend", "irecv"):
         _P2P_CODES[inspect.unwrap(getattr(c10d, name)).__code__] = name
+    _stackdump.before_answering(flush)  # a hung rank's history says which of its ops completed
     _library = library
 
 
@@ -139,15 +144,15 @@ class _Watch:
         self.per_group = any(f.point.startswith(PREFIX) and ":" in f.point for f in ctx.faults)
 
     def run(self, op: Op, group_at: int, redispatch: Callable[..., Any], keyset: Any, args: tuple) -> Any:
-        import torch.distributed as dist
-
-        group = dist.ProcessGroup.unbox(args[group_at])
+        group = _dist.ProcessGroup.unbox(args[group_at])
         name = group.group_name
         if not self.history.known(name):
             self.history.group(name, group.group_desc, _members(group))
         point = _p2p_point(op) if op.p2p else op.point
         peer = args[op.peer] if op.peer is not None else None
         tensors = describe_tensors(args[op.tensors]) if op.tensors is not None else ""
+        if _pending:
+            flush()
         seq = self.history.enter(name, point, op.p2p, tensors, peer)
         try:
             self._reach(point, name, group.group_desc)
@@ -159,7 +164,7 @@ class _Watch:
         if work is None or isinstance(work, tuple):  # monitored_barrier: done when it returns
             self.history.done(name, seq, op.p2p)
         else:
-            self._on_completion(work, name, seq, op.p2p)
+            _watch_completion(work, name, seq, op.p2p)
         return out
 
     def _reach(self, point: str, name: str, desc: str) -> None:
@@ -171,31 +176,53 @@ class _Watch:
             if desc not in (name, "undefined"):
                 self.ctx.failpoint(f"{PREFIX}{point}:{desc}")
 
-    def _on_completion(self, work: Any, group: str, seq: int, p2p: bool) -> None:
-        import torch.distributed as dist
 
-        history = self.history
+# Ops entered whose completion is not written yet: (future or None, work,
+# group, number, point-to-point?). Polled, not called back: a Python callback
+# on each op's future runs on the backend's thread, which must take the GIL
+# from the thread that waits for it, and cost ~200 us a collective (measured,
+# tools/c10d_overhead.py); a poll is a C++ call of well under a microsecond.
+_pending: list[tuple[Any, Any, str, int, bool]] = []
+_pending_lock = threading.Lock()
+MAX_PENDING = 256  # ops a rank may leave unwaited before the oldest are forgotten
 
-        def completed(future: Any) -> None:
+
+def _watch_completion(work: Any, group: str, seq: int, p2p: bool) -> None:
+    work = _dist.Work.unbox(work)
+    try:
+        future = work.get_future()
+    except RuntimeError:  # a work without a future (some point-to-point ones): its completion, not its error
+        future = None
+    with _pending_lock:
+        _pending.append((future, work, group, seq, p2p))
+        del _pending[:-MAX_PENDING]
+
+
+def flush() -> None:
+    """Write the completion of every op that completed since the last look:
+    each op's enter looks, and the harness calls this as an entry ends and
+    before a rank answers for its stacks (a hang, a failure), so that the
+    history says how far each rank got."""
+    history = _history
+    if history is None:
+        return
+    with _pending_lock:
+        finished = [item for item in _pending if (item[0].done() if item[0] is not None else item[1].is_completed())]
+        for item in finished:
+            _pending.remove(item)
+    for future, _, group, seq, p2p in finished:
+        error = None
+        if future is not None:
             try:
-                future.wait()
-            except BaseException as error:  # noqa: BLE001 - the failure is the record
-                history.done(group, seq, p2p, error)
-            else:
-                history.done(group, seq, p2p)
-
-        try:
-            future = dist.Work.unbox(work).get_future()
-        except RuntimeError:  # a backend whose works have no future: entered is all the history says
-            return
-        future.add_done_callback(completed)
+                future.value()
+            except BaseException as failed:  # noqa: BLE001 - the failure is the record
+                error = failed
+        history.done(group, seq, p2p, error)
 
 
 def _members(group: Any) -> list[int] | None:
     """The global ranks of ``group``, where torch knows them."""
-    import torch.distributed as dist
-
     try:
-        return list(dist.get_process_group_ranks(group))
+        return list(_dist.get_process_group_ranks(group))
     except Exception:  # noqa: BLE001 - a group torch's registry does not hold
         return None

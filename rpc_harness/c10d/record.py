@@ -51,6 +51,7 @@ class History:
         self._collectives: dict[str, int] = {}
         self._p2p: dict[str, int] = {}
         self._groups: set[str] = set()
+        self._quoted: dict[str, str] = {}  # each group's name as JSON, made once
 
     def known(self, group: str) -> bool:
         return group in self._groups
@@ -69,16 +70,23 @@ class History:
         with self._lock:
             seq = counts[group] = counts.get(group, 0) + 1
         peer_field = "" if peer is None else f', "peer": {peer}'
+        # (tensors: dtype names, digits, brackets, commas and spaces, nothing JSON escapes)
         self._log.append(
-            f'{{"t": {time.time()!r}, "k": "enter", "g": {json.dumps(group)}, "n": {seq}, '
-            f'"op": "{op}", "p2p": {"true" if p2p else "false"}, "x": {json.dumps(tensors)}{peer_field}}}\n'.encode()
+            f'{{"t": {time.time()!r}, "k": "enter", "g": {self._quote(group)}, "n": {seq}, '
+            f'"op": "{op}", "p2p": {"true" if p2p else "false"}, "x": "{tensors}"{peer_field}}}\n'.encode()
         )
         return seq
+
+    def _quote(self, group: str) -> str:
+        quoted = self._quoted.get(group)
+        if quoted is None:
+            quoted = self._quoted[group] = json.dumps(group)
+        return quoted
 
     def done(self, group: str, seq: int, p2p: bool, error: BaseException | None = None) -> None:
         """Write that op ``seq`` of ``group`` completed (or failed with ``error``)."""
         failed = "" if error is None else f', "error": {json.dumps(f"{type(error).__name__}: {error}"[:200])}'
         self._log.append(
-            f'{{"t": {time.time()!r}, "k": "done", "g": {json.dumps(group)}, "n": {seq}, '
+            f'{{"t": {time.time()!r}, "k": "done", "g": {self._quote(group)}, "n": {seq}, '
             f'"p2p": {"true" if p2p else "false"}{failed}}}\n'.encode()
         )

@@ -38,3 +38,12 @@ def test_a_rank_killed_in_ddps_all_reduce_is_shown_inside_it():
     [line] = [line for line in result.collectives if line.startswith("every rank at all_reduce #")]
     assert "(float32 [36])" in line and ("not completed on rank 1" in line or "not completed on ranks 0, 1" in line), \
         result.collectives
+
+
+def test_a_world_hung_outside_its_collectives_says_every_rank_completed_its_last():
+    # Nothing after the second all-reduce looks at it: the rank brings its
+    # history up to date as it answers for its stacks.
+    result = rpc_harness.run_world(c10d_entries.stuck_after_collectives, world_size=2, deadline=4, check=False,
+                                   faults="hang:worker0@test.after,hang:worker1@test.after")
+    assert result.timed_out
+    assert result.collectives == ["every rank completed all_reduce #2 (float32 [4]), its last collective"]
