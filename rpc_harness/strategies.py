@@ -1,4 +1,5 @@
-"""Hypothesis strategies for worlds: sizes, fault plans, seeds.
+"""Hypothesis strategies for worlds: sizes, fault plans, seeds; collective
+worlds with faults at their collectives.
 
 Shaped so that shrinking moves towards the smallest failing world: fewer
 ranks, fewer faults, earlier hits, the first-listed (mildest) fault kinds
@@ -21,6 +22,8 @@ require("hypothesis", "rpc_harness.strategies")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from .c10d.ops import POINTS as C10D_OPS  # noqa: E402
+from .c10d.ops import PREFIX as C10D_PREFIX  # noqa: E402
 from .faults import FAILPOINT_KINDS, Fault, FaultPlan  # noqa: E402
 from .repro import Repro  # noqa: E402
 
@@ -205,6 +208,46 @@ def scenario_worlds(
     if unknown:
         raise ValueError(f"{sc.name} has no failpoint {', '.join(unknown)}; its failpoints: {', '.join(sc.failpoints)}")
     return worlds(sc.names, chosen, min_size=smallest, max_size=max_size, **options)  # type: ignore[arg-type]
+
+
+# Kinds drawn at collectives by default: a raise or hang in one rank leaves
+# its peers waiting in the collective until the deadline, which a property
+# about a program's results rarely wants; ask for them with kinds=.
+COLLECTIVE_KINDS = ("delay", "kill")
+
+
+def collective_points(ops: Sequence[str] = ("all_reduce",), *, group: str | None = None) -> tuple[str, ...]:
+    """The failpoints of collective ``ops`` (``all_reduce``, ``broadcast``,
+    ``isend`` ...: see ``rpc_harness.c10d.ops``), in every process group or
+    in ``group`` only (torch's name for it or its description)."""
+    unknown = [op for op in ops if op not in C10D_OPS]
+    if unknown or not ops:
+        raise ValueError(f"collective_points(): no op {', '.join(map(repr, unknown))}; the ops are "
+                         f"{', '.join(C10D_OPS)}" if unknown else "collective_points(): no op given")
+    suffix = "" if group is None else f":{group}"
+    points = tuple(f"{C10D_PREFIX}{op}{suffix}" for op in ops)
+    FaultPlan(tuple(Fault("delay", "w", point, arg=0.0) for point in points))  # a bad group is refused here
+    return points
+
+
+def collective_worlds(
+    ops: Sequence[str] = ("all_reduce",),
+    *,
+    group: str | None = None,
+    min_size: int = 2,
+    max_size: int = 4,
+    kinds: Sequence[str] = COLLECTIVE_KINDS,
+    **options: object,
+) -> st.SearchStrategy[WorldCase]:
+    """Worlds of ``min_size`` to ``max_size`` ranks whose fault plans strike
+    at the collectives ``ops`` (every rank enters them, from Python or from
+    C++ as DDP and FSDP do), shrinking towards two ranks and no fault.
+    Other options go to :func:`worlds` (``names``, ``targets``,
+    ``max_faults``, ``max_kills``, ``max_hit``, ``delays``, ``optional``...)."""
+    if min_size < 1:
+        raise ValueError(f"collective_worlds(): min_size must be >= 1, got {min_size}")
+    return worlds(failpoints=collective_points(ops, group=group), min_size=min_size, max_size=max_size,
+                  kinds=kinds, **options)  # type: ignore[arg-type]
 
 
 def world_settings(**overrides: object) -> settings:

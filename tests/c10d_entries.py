@@ -215,3 +215,37 @@ def stuck_after_collectives(ctx):
     dist.all_reduce(torch.ones(4))
     rpc_harness.failpoint("test.after")
     leave_group()
+
+
+def ddp_model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4)
+
+
+def ddp_batches(steps):
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randn(2, 8, generator=generator) for _ in range(steps)]
+
+
+def ddp_parameters(ctx, steps):
+    """DDP training on the same batches in every rank: its final parameters."""
+    join_group(ctx)
+    model = torch.nn.parallel.DistributedDataParallel(ddp_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in ddp_batches(steps):
+        opt.zero_grad()
+        model(batch).sum().backward()
+        opt.step()
+    leave_group()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def baseline_parameters(steps):
+    """The same training in one process: DDP averages equal gradients, so it must end here."""
+    model = ddp_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in ddp_batches(steps):
+        opt.zero_grad()
+        model(batch).sum().backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
