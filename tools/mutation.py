@@ -214,7 +214,11 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_faults.py",
         "tests/unit/test_replay.py",
         "tests/unit/test_schedule_strategies.py",
+        "tests/unit/test_c10d_strategies.py",
     ],
+    "rpc_harness/c10d/ops.py": ["tests/unit/test_c10d_points.py", "tests/unit/test_torch_check_pieces.py"],
+    "rpc_harness/c10d/record.py": ["tests/unit/test_c10d_history.py"],
+    "rpc_harness/c10d/history.py": ["tests/unit/test_c10d_history.py"],
     # Partly pure (their unit tests), mostly reached through real worlds.
     "rpc_harness/_launcher.py": [
         "tests/unit/test_launcher.py",
@@ -244,14 +248,16 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/_msgfaults.py": ["tests/world/test_fault_controls.py"],
     "rpc_harness/_netns.py": ["tests/world/test_isolation.py"],
     "rpc_harness/interrupts.py": ["tests/world/test_interrupts.py"],
+    "rpc_harness/c10d/hooks.py": ["tests/world/test_c10d_faults.py", "tests/world/test_c10d_reports.py"],
     # No function: nothing for mutmut to mutate.
     "rpc_harness/__init__.py": [],
     "rpc_harness/__main__.py": [],
     "rpc_harness/_schedule/__init__.py": [],
+    "rpc_harness/c10d/__init__.py": [],
 }
 # The library: every module of these folders (not the scenarios nor the
 # apps, which the library never imports) must be in MODULES.
-LIBRARY = ("rpc_harness/*.py", "rpc_harness/_schedule/*.py")
+LIBRARY = ("rpc_harness/*.py", "rpc_harness/_schedule/*.py", "rpc_harness/c10d/*.py")
 
 
 def library_modules(root: Path = ROOT) -> list[str]:
