@@ -138,3 +138,16 @@ def test_a_c10d_fault_that_never_fires_fails_the_world_naming_what_its_rank_reac
     [problem] = result.problems
     assert problem.startswith("fault kill:worker1@c10d.all_reduce#3 never fired (only 2 hit(s) of c10d.all_reduce"), \
         problem
+
+
+def test_a_spawned_tutorial_program_gets_faults_in_its_own_ddp_groups_collectives():
+    # pytorch/examples' DDP + RPC program (tests/programs/ddp_rpc.py) makes
+    # its trainers' Gloo group itself, on its own TCP store; DDP's reducer
+    # all-reduces inside the distributed backward pass: once a batch, and
+    # the program trains 2 epochs of 3 batches.
+    from programs import ddp_rpc
+
+    result = rpc_harness.spawn(ddp_rpc.run_worker, args=(4,), nprocs=4, deadline=120,
+                               faults="delay:trainer1@c10d.all_reduce=0s")
+    assert result.fault_counts() == {"delay:trainer1@c10d.all_reduce#1+=0s": 6}
+    assert [f.hit for f in result.fired_faults()] == [1, 2, 3, 4, 5, 6]
