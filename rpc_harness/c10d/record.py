@@ -22,14 +22,30 @@ from ..context import EventLog
 SHOWN_TENSORS = 4  # tensors described per op; the rest counted
 
 
+# Each (dtype, shape) described once: formatting them was a quarter of what
+# recording a collective cost (a program's collectives repeat a few shapes).
+_described: dict[tuple[Any, Any], str] = {}
+MAX_DESCRIBED = 4096
+
+
 def describe_tensors(value: Any) -> str:
     """``float32 [16]``, or several such, comma-separated: what a rank gave an op."""
     tensors: list[Any] = []
     _flatten(value, tensors)
-    parts = [f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}" for t in tensors[:SHOWN_TENSORS]]
+    parts = [_describe(t) for t in tensors[:SHOWN_TENSORS]]
     if len(tensors) > SHOWN_TENSORS:
         parts.append(f"and {len(tensors) - SHOWN_TENSORS} more")
     return ", ".join(parts)
+
+
+def _describe(tensor: Any) -> str:
+    key = (tensor.dtype, tensor.shape)
+    text = _described.get(key)
+    if text is None:
+        text = f"{str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}"
+        if len(_described) < MAX_DESCRIBED:
+            _described[key] = text
+    return text
 
 
 def _flatten(value: Any, into: list[Any]) -> None:
