@@ -368,7 +368,7 @@ def explore(
                          shrink_runs=shrink_runs, preemptions=preemptions, seconds=seconds, check_every=check_every)
     best = found.shrunk or found.found
     if best is not None:
-        spec = make_spec(entry, world_size, names=names if not spawn or names else None, args=args, kwargs=kwargs,
+        spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
                          spawned=spawn, where="explore()", **dict(options, seed=best.seed,
                                                                     schedule=found.replay_schedule))
         token = world_token(spec)

@@ -147,11 +147,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_contracts.py",
     ],
     # -- the rest of the library (issue 38): pure modules with unit tests first.
-    "rpc_harness/explore.py": [
-        "tests/unit/test_explore.py",
-        "tests/unit/test_control_lost.py",
-        "tests/unit/test_cli.py",
-    ],
+    "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [
         "tests/unit/test_guards.py",
         "tests/unit/test_repro_lines.py",
