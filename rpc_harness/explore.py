@@ -282,7 +282,7 @@ def _shrink(run: Callable[[int, str], Attempt], failing: Attempt, *, budget: int
     """Drop preemptions one at a time while the world still fails alike."""
     best, runs = failing, 0
     improved = True
-    while improved and runs < budget and best.world is not None:
+    while improved and best.world is not None:  # the budget is checked before each run
         improved = False
         steps = best.world.schedule
         for index in [s.index for s in steps if s.preempted]:

@@ -231,6 +231,8 @@ def test_a_failing_attempt_without_a_world_is_not_shrunk():
     assert found.failed and found.shrink_runs == 0 and found.shrunk is found.found
     assert found.replay_schedule == ""
     assert found.found.digest == "" and found.found.preemptions == 0 and found.found.lost_at is None
+    assert found.summary()[1:] == ["schedule of seed 0 failed after 1 tries; shrunk from 0 to 0 preemption(s) in 0 "
+                                   "run(s):", "  then: the world failed"]
 
 
 # -- what an attempt and a failure say ------------------------------------------------
