@@ -282,7 +282,7 @@ def _shrink(run: Callable[[int, str], Attempt], failing: Attempt, *, budget: int
     """Drop preemptions one at a time while the world still fails alike."""
     best, runs = failing, 0
     improved = True
-    while improved and runs < budget and best.world is not None:
+    while improved and best.world is not None:  # the budget is checked before each run
         improved = False
         steps = best.world.schedule
         for index in [s.index for s in steps if s.preempted]:
@@ -368,7 +368,7 @@ def explore(
                          shrink_runs=shrink_runs, preemptions=preemptions, seconds=seconds, check_every=check_every)
     best = found.shrunk or found.found
     if best is not None:
-        spec = make_spec(entry, world_size, names=names if not spawn or names else None, args=args, kwargs=kwargs,
+        spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
                          spawned=spawn, where="explore()", **dict(options, seed=best.seed,
                                                                     schedule=found.replay_schedule))
         token = world_token(spec)

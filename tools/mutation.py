@@ -147,11 +147,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_contracts.py",
     ],
     # -- the rest of the library (issue 38): pure modules with unit tests first.
-    "rpc_harness/explore.py": [
-        "tests/unit/test_explore.py",
-        "tests/unit/test_control_lost.py",
-        "tests/unit/test_cli.py",
-    ],
+    "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [
         "tests/unit/test_guards.py",
         "tests/unit/test_repro_lines.py",
@@ -205,6 +201,13 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_cli.py",
         "tests/unit/test_parsers.py",
     ],
+    "rpc_harness/durations.py": [
+        "tests/unit/test_options.py",
+        "tests/unit/test_fault_checks.py",
+        "tests/unit/test_faults.py",
+        "tests/unit/test_parsers.py",
+    ],
+    "rpc_harness/strict_json.py": ["tests/unit/test_guards.py", "tests/unit/test_torchrun.py"],
     "rpc_harness/seeds.py": [
         "tests/unit/test_schedule_core.py",
         "tests/unit/test_schedule_strategies.py",
@@ -417,16 +420,20 @@ def diffs_of(where: Path, module: str, names: list[str]) -> list[str]:
 
 
 def run_module(
-    module: str, tests: list[str], *, fresh_limit: float, fresh_all: bool
+    module: str, tests: list[str], *, fresh_limit: float, fresh_all: bool, only: list[str] | None = None
 ) -> tuple[Score, str]:
     started = time.monotonic()
     where = scratch_copy(module, tests)
     log = where / "mutmut.log"
-    done = mutmut(where, "run", "--max-children", "1", log=log)
+    # ``only``: mutmut's own filter of mutant names (``*`` matches), e.g.
+    # ``rpc_harness.explore.x__shrink*``; the score then counts those alone.
+    done = mutmut(where, "run", "--max-children", "1", *(only or []), log=log)
     if done.returncode != 0:
         sys.exit(f"mutmut failed on {module} (exit {done.returncode}); see {log}")
     meta = json.loads((where / "mutants" / (module + ".meta")).read_text())
     codes: dict[str, int | None] = meta["exit_code_by_key"]
+    if only:
+        codes = {name: code for name, code in codes.items() if code is not None}
     score = Score(module, mutants=len(codes))
     # The clean tests' time, measured once, bounds each fresh check.
     clean = time.monotonic()
@@ -502,6 +509,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only the modules this branch changed since it left BASE (default main), work tree included",
     )
     parser.add_argument(
+        "--only",
+        metavar="MUTANTS",
+        action="append",
+        help="only the mutants whose names match (mutmut's names, * matches; repeatable): a part of one module",
+    )
+    parser.add_argument(
         "--world",
         action="store_true",
         help="also the modules whose tests bring real worlds up (tests/world): hours, not minutes",
@@ -540,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     for module in todo:
         print(f"{module}: mutating with {' '.join(MODULES[module])}", flush=True)
         score, diffs = run_module(
-            module, MODULES[module], fresh_limit=args.fresh_limit, fresh_all=args.fresh_all
+            module, MODULES[module], fresh_limit=args.fresh_limit, fresh_all=args.fresh_all, only=args.only
         )
         scores.append(score)
         print(

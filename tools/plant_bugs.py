@@ -55,6 +55,7 @@ CR = "tests/world/test_c10d_reports.py::"
 CH = "tests/unit/test_c10d_history.py::"
 URV = "tests/unit/test_rendezvous.py::"
 WRV = "tests/world/test_rendezvous.py::"
+EX = "tests/unit/test_explore.py::"
 
 
 @dataclass(frozen=True)
@@ -646,6 +647,15 @@ BUGS = (
         'if DECLARED[name].token and name != "seed"}', 'if name in ("faults", "fuzz", "schedule")}',
         (SD + "test_run_scenario_gives_the_world_its_devices_and_puts_them_in_the_replay_lines",
          OPT + "test_every_option_given_to_run_scenario_reaches_the_world_and_its_replay_lines")),
+    Bug("a world that lost control at its first step passes as controlled", "rpc_harness/pytest_plugin.py",
+        "        if result.control_lost_at is None:", "        if not result.control_lost_at:",
+        (UCL + "test_the_fixture_warns_of_a_world_that_lost_control_even_at_its_first_step",)),
+    Bug("an explored failure lost at its first step is not said to be", "rpc_harness/explore.py",
+        "        if best.lost_at is not None:", "        if best.lost_at:",
+        (EX + "test_a_world_that_lost_control_at_its_first_step_is_counted_and_named",)),
+    Bug("shrinking keeps a schedule that fails another way", "rpc_harness/explore.py",
+        "candidate.failed and candidate.signature == best.signature", "candidate.failed",
+        (EX + "test_a_drop_that_fails_another_way_is_not_kept",)),
     Bug("a misspelled world option given to the fixture is dropped", "rpc_harness/pytest_plugin.py",
         "        refuse_unknown({name: value", "        (lambda *_, **__: None)({name: value",
         (OPT + "test_a_misspelled_option_is_refused_by_every_door_not_dropped",)),

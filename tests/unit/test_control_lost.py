@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import warnings
 
 import pytest
 
@@ -88,3 +89,23 @@ def test_whether_a_world_stayed_controlled_is_one_predicate_on_the_step_it_was_l
     assert not free.controlled, "a free-running world was never controlled"
     # The note is for people: a world whose note reads otherwise is judged by its step.
     assert not dataclasses.replace(world(1, 3), schedule_note="controlled (controlled), 4 steps").controlled
+
+
+@pytest.mark.parametrize("lost_at", [0, 3])
+def test_the_fixture_warns_of_a_world_that_lost_control_even_at_its_first_step(rpc_world, monkeypatch, lost_at):
+    # Step 0 is a step: a world that ran free from its very first step was
+    # never controlled at all, and must not pass as one that held.
+    from rpc_harness import schedule as S
+    from rpc_harness.pytest_plugin import ControlLostPytestWarning
+
+    steps = [S.Step(index=i, rank=i % 2, worker=("keeper", "caller1")[i % 2], task=("keeper", "caller1")[i % 2],
+                    label="main", point=f"p{i}") for i in range(4)]
+    lost = dataclasses.replace(world(1, lost_at), schedule=steps)
+    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: lost)
+    with pytest.warns(ControlLostPytestWarning, match=rf"lost control at step {lost_at} and ran free from there"):
+        rpc_world.run("programs.echo:echo", names=["keeper", "caller1"], seed=1, schedule="controlled")
+    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: dataclasses.replace(lost,
+                                                                                           control_lost_at=None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ControlLostPytestWarning)
+        rpc_world.run("programs.echo:echo", names=["keeper", "caller1"], seed=1, schedule="controlled")

@@ -231,6 +231,8 @@ def test_a_failing_attempt_without_a_world_is_not_shrunk():
     assert found.failed and found.shrink_runs == 0 and found.shrunk is found.found
     assert found.replay_schedule == ""
     assert found.found.digest == "" and found.found.preemptions == 0 and found.found.lost_at is None
+    assert found.summary()[1:] == ["schedule of seed 0 failed after 1 tries; shrunk from 0 to 0 preemption(s) in 0 "
+                                   "run(s):", "  then: the world failed"]
 
 
 # -- what an attempt and a failure say ------------------------------------------------
@@ -358,7 +360,8 @@ def test_explore_replays_the_shrunk_schedule_with_its_seed_deadline_and_options(
     assert first[3]["deadline"] == 7.0 and first[3]["rpc_timeout"] == 4.0 and first[3]["check"] is False
     assert first[3]["names"] == ["keeper", "caller1"] and first[3]["schedule"] == "controlled"
     assert found.found.seed == 12 and preemptions_of(found.shrunk) == [4]
-    token, python = found.replay
+    token, line = found.replay
+    python = line.rpartition("; ")[2]  # after the import path the line sets up, where it does
     assert token.startswith("rpc-harness replay ") and "--deadline 7" in token
     repro = decode(token.split()[2])
     assert repro.seed == 12 and repro.entry == "programs.echo:echo" and repro.names == ("keeper", "caller1")
@@ -366,18 +369,45 @@ def test_explore_replays_the_shrunk_schedule_with_its_seed_deadline_and_options(
     assert repro.options["rpc_timeout"] == 4.0
     assert python.startswith("rpc_harness.run_world('programs.echo:echo', names=['keeper', 'caller1'], seed=12, ")
     assert "seed=12" in python and f"schedule={found.replay_schedule!r}" in python and "deadline=7.0" in python
-    assert found.summary()[-2:] == [f"Replay: {token}", f"    or: {python}"]
+    assert found.summary()[-2:] == [f"Replay: {token}", f"    or: {line}"]
 
 
 def test_explore_of_a_spawned_program_spawns_it_and_replays_it_as_spawned(worlds):
-    found = explore("programs.echo:run_worker", 2, spawn=True, args=(2,), seed=12, schedules=1, shrink=False)
+    found = explore("programs.echo:run_worker", 2, spawn=True, args=(2,), kwargs={"calls": 1}, seed=12,
+                    schedules=1, shrink=False, deadline=9.0, names=["keeper", "caller1"])
     assert [call[:3] for call in worlds] == [("spawn", "programs.echo:run_worker", 2)]
-    assert worlds[0][3]["args"] == (2,) and worlds[0][3]["names"] is None
-    token, python = found.replay
+    given = worlds[0][3]
+    assert given["args"] == (2,) and given["kwargs"] == {"calls": 1} and given["names"] == ["keeper", "caller1"]
+    assert given["schedule"] == "controlled" and given["check"] is False and given["deadline"] == 9.0
+    assert found.found.schedule == "controlled" and found.found.signature == world_signature(found.found.world)
+    token, line = found.replay
+    python = line.rpartition("; ")[2]
     repro = decode(token.split()[2])
     assert repro.spawned and repro.seed == 12 and repro.options["schedule"] == found.replay_schedule
-    assert python.startswith("rpc_harness.spawn('programs.echo:run_worker', ")
+    assert repro.names == ("keeper", "caller1") and repro.args == (2,) and repro.kwargs == {"calls": 1}
+    assert python.startswith("rpc_harness.spawn('programs.echo:run_worker', args=(2,), nprocs=2, ")
+    assert "kwargs={'calls': 1}" in python and "names=['keeper', 'caller1']" in python
     assert found.shrunk is None and found.replay_schedule == S.replay_schedule(found.found.world.schedule)
+
+
+def test_explore_gives_the_entry_its_args_and_kwargs_and_replays_them(worlds):
+    found = explore("worlds:timed_steps", 2, args=(3,), seed=12, schedules=1, shrink=False)
+    assert worlds[0][3]["args"] == (3,) and worlds[0][3]["check"] is False
+    assert "args=(3,)" in found.replay[1] and decode(found.replay[0].split()[2]).args == (3,)
+    worlds.clear()
+    found = explore("worlds:timed_steps", 2, kwargs={"steps": 3}, seed=12, schedules=1, shrink=False)
+    assert worlds[0][3]["kwargs"] == {"steps": 3}
+    assert "kwargs={'steps': 3}" in found.replay[1] and decode(found.replay[0].split()[2]).kwargs == {"steps": 3}
+    assert found.found.schedule == "controlled" and found.found.signature == world_signature(found.found.world)
+
+
+def test_explore_tries_twenty_schedules_from_seed_zero_by_default(worlds):
+    found = explore("programs.echo:echo", 2)
+    assert [call[3]["seed"] for call in worlds] == [*range(13), 12, 12, 12, 12], "seed 12 fails, then shrinks"
+    assert found.found.seed == 12
+    worlds.clear()
+    found = explore("programs.echo:echo", 2, seed=13)
+    assert [call[3]["seed"] for call in worlds] == list(range(13, 33)) and not found.failed
 
 
 def test_a_spawned_program_explored_without_a_world_size_runs_one_process(worlds):
@@ -393,8 +423,9 @@ def test_explore_that_finds_nothing_has_no_replay_line(worlds):
 def test_explore_refuses_a_schedule_and_strategies_that_explore_nothing(worlds):
     with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): give the schedules to try as strategy="):
         explore("programs.echo:echo", 2, schedule="controlled")
-    for strategy in ("free", "replay:" + S.replay_schedule([]).removeprefix("replay:"), "guide:" + "x"):
-        with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): strategy .* explores nothing|"
-                                                              r"^explore\(\): strategy"):
+    pairs = S.pairs(steps(frozenset({1})))
+    for strategy in ("free", S.replay_schedule(pairs), S.without(pairs, 1)):
+        with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): strategy .* explores nothing; use "
+                                                              r"controlled, random"):
             explore("programs.echo:echo", 2, strategy=strategy)
     assert worlds == []
