@@ -124,12 +124,28 @@ class ControlLostPytestWarning(pytest.PytestWarning):
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests() -> None:
+def pytest_load_initial_conftests(args: list[str]) -> None:
     # Before any conftest or test module can ask torch for CUDA: through NVML,
     # which does not initialize it, so this process and every forkserver it
     # starts stay fork-safe (rpc_harness._cuda_fork).
     ask_through_nvml()
     warn_as(ForkserverCudaPytestWarning)
+    refuse_parallel_without_xdist(args)
+
+
+def refuse_parallel_without_xdist(args: Sequence[str]) -> None:
+    """``pytest -n 2`` where the ``[xdist]`` extra is not installed: pytest
+    itself says only "unrecognized arguments: -n", with its whole usage
+    (issue 38). Here, before pytest reads its arguments (``args`` holds the
+    ini's addopts too), one line names what ``-n`` needs."""
+    from .extras import installed
+
+    for arg in args:
+        if arg == "--":
+            return
+        if (arg.startswith("-n") or arg.split("=", 1)[0] == "--numprocesses") and not installed("xdist"):
+            raise pytest.UsageError(f"{arg}: running tests in parallel needs pytest-xdist, which is not "
+                                    "installed: pip install 'rpc-harness[xdist]'")
 
 
 @pytest.hookimpl(tryfirst=True)

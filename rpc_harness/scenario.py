@@ -185,9 +185,13 @@ class PackageScenario:
         fault_checks: Callable[[int, Any], Mapping[str, str]],
         validate: Callable[[Any, int, int], None] | None = None,
         outcome: Callable[..., Outcome] | None = None,
+        needs: Sequence[str] = (),
     ) -> None:
         self.name: str = config.NAME
         self.summary = summary
+        # The optional packages (of an extra: rpc_harness.extras) its ranks
+        # import where used: `rpc-harness list` names them, and the extra.
+        self.needs: tuple[str, ...] = tuple(needs)
         self.min_world_size: int = config.MIN_WORLD_SIZE
         self.default_world_size: int = config.DEFAULT_WORLD_SIZE
         self.failpoints: tuple[str, ...] = config.FAILPOINTS

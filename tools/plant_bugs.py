@@ -1171,6 +1171,13 @@ BUGS = (
         "    if isinstance(value, float) and not math.isfinite(value):\n        return None\n", "",
         ("tests/unit/test_trace.py::test_a_trace_with_a_nan_metric_is_json_every_parser_reads",
          "tests/unit/test_trace.py::test_bench_figures_with_no_measurement_are_json_every_parser_reads")),
+    # Issue 38, item 7: what a core install lacks says so.
+    Bug("38 pytest -n without xdist is pytest's bare 'unrecognized arguments'", "rpc_harness/pytest_plugin.py",
+        "    refuse_parallel_without_xdist(args)\n", "",
+        ("tests/world/test_install.py::test_a_missing_extra_is_one_line_naming_it_at_the_point_of_use",)),
+    Bug("38 rpc-harness list hides what a scenario needs", "rpc_harness/scenarios/rl/__init__.py",
+        'needs=("gymnasium",), ', "",
+        ("tests/unit/test_cli.py::test_list_says_which_scenarios_need_an_extra_and_whether_it_is_installed",)),
     Bug("38 a world option's duration takes no unit", "rpc_harness/options.py",
         "        try:\n            return parse_seconds(value)\n", "        try:\n            return float(value)\n",
         (OPT + "test_every_duration_takes_the_same_text_forms_through_every_door",)),

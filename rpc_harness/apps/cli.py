@@ -37,6 +37,7 @@ from rpc_harness.errors import (
     WorldSpecError,
     clip,
 )
+from rpc_harness.extras import EXTRA_OF, installed
 from rpc_harness.faults import FaultPlan
 from rpc_harness.interrupts import terminate_as_interrupt
 from rpc_harness.options import (
@@ -675,6 +676,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         least = f" (at least {sc.min_steps}: its judge needs them)" if sc.min_steps > 1 else ""
         print(f"    --steps sets {sc.steps_field}{least}; metric: {sc.metric_name}")
         print(f"    failpoints: {', '.join(sc.failpoints)}")
+        for package in getattr(sc, "needs", ()):  # a scenario of the Scenario protocol alone may not say
+            extra = EXTRA_OF.get(package.split(".", 1)[0])
+            where = f"the [{extra}] extra" if extra else "a package of its own"
+            print(f"    needs {package} ({where}): " + (
+                "installed" if installed(package) else f"not installed: pip install 'rpc-harness[{extra}]'"
+                if extra else "not installed"))
         if checks:
             print(f"    fault checks: {'; '.join(f'{k}: {v}' for k, v in checks.items())}")
         print(f"    config: {fields}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -249,3 +250,18 @@ def test_an_explored_failures_token_line_carries_the_runs_deadline(monkeypatch, 
     assert code == 1, out
     line = next(line for line in out.splitlines() if "rpc-harness replay rpch1_" in line)
     assert line.endswith(tail) and (tail or "--deadline" not in line), line
+
+
+def test_list_says_which_scenarios_need_an_extra_and_whether_it_is_installed(monkeypatch, capsys):
+    # On a core install, `rpc-harness list` listed rl and rnn as if they ran;
+    # running one then said gymnasium was missing (issue 38).
+    from rpc_harness.apps import cli
+
+    monkeypatch.setattr(cli, "installed", lambda package: package != "gymnasium")
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    blocks = {block.split(":", 1)[0]: block for block in re.split(r"\n(?=\S)", out)}
+    assert "    needs gymnasium (the [scenarios] extra): not installed: pip install 'rpc-harness[scenarios]'" \
+        in blocks["rl"].splitlines(), blocks["rl"]
+    assert "    needs faker (the [scenarios] extra): installed" in blocks["rnn"].splitlines(), blocks["rnn"]
+    assert "needs" not in blocks["ps"], blocks["ps"]

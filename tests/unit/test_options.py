@@ -508,3 +508,18 @@ def test_every_door_asks_the_options_own_check_of_this_machine_before_any_proces
     with pytest.raises(_Launched):  # an option left at its default asks nothing of the machine
         call()
     assert len(asked) == 1
+
+
+@pytest.mark.parametrize("args", [["-n", "2"], ["-n2"], ["-nauto"], ["--numprocesses=2"], ["-q", "--numprocesses", "2"]])
+def test_pytest_n_without_xdist_says_what_it_needs(monkeypatch, args):
+    # pytest alone says "unrecognized arguments: -n" (issue 38).
+    from rpc_harness import extras
+    from rpc_harness.pytest_plugin import refuse_parallel_without_xdist
+
+    monkeypatch.setattr(extras, "installed", lambda package: package != "xdist")
+    with pytest.raises(pytest.UsageError, match=r"needs pytest-xdist, which is not installed: "
+                                                r"pip install 'rpc-harness\[xdist\]'$"):
+        refuse_parallel_without_xdist(["tests", *args])
+    refuse_parallel_without_xdist(["--", *args])  # after --, not an option
+    monkeypatch.setattr(extras, "installed", lambda package: True)
+    refuse_parallel_without_xdist(["tests", *args])

@@ -167,6 +167,12 @@ def test_a_missing_extra_is_one_line_naming_it_at_the_point_of_use(core_venv, tm
     assert listed.returncode == 0, listed.stdout + listed.stderr  # listing needs none of the scenarios' packages
     assert listed.stderr == "", "listing says nothing of the packages it does not need"
     assert re.search(r"^\s*rl\b", listed.stdout, re.M), listed.stdout
+    assert "    needs gymnasium (the [scenarios] extra): not installed: pip install 'rpc-harness[scenarios]'" \
+        in listed.stdout, listed.stdout
+    parallel = _run(core_venv, ["python", "-m", "pytest", "-n", "2"], tmp_path)
+    assert parallel.returncode == 4, parallel.stdout + parallel.stderr  # pytest's usage error
+    assert parallel.stderr.strip() == ("ERROR: -n: running tests in parallel needs pytest-xdist, which is not "
+                                       "installed: pip install 'rpc-harness[xdist]'"), parallel.stderr
     run = _run(core_venv, ["rpc-harness", "run", "rl", "--steps", "2"], tmp_path)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr, run.stderr

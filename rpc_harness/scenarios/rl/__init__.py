@@ -99,7 +99,7 @@ def _replay_drops(config: Config, world_size: int, seed: int, records: Records) 
 
 
 SCENARIO = PackageScenario(
-    config, judge, entry=entry, baseline=_replay_drops, fault_checks=_fault_checks, validate=_validate,
+    config, judge, entry=entry, needs=("gymnasium",), baseline=_replay_drops, fault_checks=_fault_checks, validate=_validate,
     summary="distributed RL on CartPole: an agent trains with REINFORCE on its observers' episodes",
     metric_name="running reward",
 )

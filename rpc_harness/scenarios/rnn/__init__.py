@@ -117,7 +117,7 @@ def _each_trainer_alone(config: Config, world_size: int, seed: int, records: jud
 
 
 SCENARIO = PackageScenario(
-    config, judge, entry=entry, baseline=_each_trainer_alone, fault_checks=_fault_checks, validate=_validate,
+    config, judge, entry=entry, needs=("faker",), baseline=_each_trainer_alone, fault_checks=_fault_checks, validate=_validate,
     summary="the distributed RNN: remote embedding and decoder on parameter servers, LSTM on the trainers",
     metric_name="loss",
 )
