@@ -72,7 +72,6 @@ class Supervisor:
         self.shutdown_sent: bool | None = None  # None, or the graceful flag sent
         self.exit_sent = False
         self.stacks_read: dict[int, int] = {}  # bytes of a rank's stack file read for an earlier report
-        self.signalled: set[int] = set()  # ranks the harness itself sent SIGKILL
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
@@ -421,7 +420,6 @@ class Supervisor:
     def kill_all(self) -> None:
         """SIGKILL every rank still running and reap it. Idempotent."""
         for rank in sorted(self.running):
-            self.signalled.add(rank)
             _signal(self.procs[rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
             self.procs[rank].join(10)
