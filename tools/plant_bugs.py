@@ -330,7 +330,9 @@ BUGS = (
     Bug("a graceful shutdown is asked for after a planned kill", "rpc_harness/_supervisor.py",
         "graceful = not self.frozen and not any(o.status == R.KILLED for o in self.outcomes)",
         "graceful = not self.frozen",
-        ("tests/world/test_spawn.py::test_the_programs_own_graceful_shutdown_returns_after_a_planned_kill",)),
+        ("tests/world/test_spawn.py::test_the_programs_own_graceful_shutdown_returns_after_a_planned_kill",
+         # A controlled world that hangs after its kill: it passed this test before issue 38.
+         WS + "test_faults_fire_by_hit_count_under_a_controlled_schedule")),
     Bug("no stacks at the deadline", "rpc_harness/_supervisor.py",
         "        alive = sorted(self.running)\n        self._dump_stacks(alive)\n",
         "        alive = sorted(self.running)\n",

@@ -88,6 +88,7 @@ def test_2_a_msgfail_that_loses_a_message_ends_in_a_verdict_even_when_the_world_
     plan = text("msgfail:worker0@CLEANUP_AUTOGRAD_CONTEXT_REQ=6")
     result = rpc_world.spawn(autograd_cleanup.run_worker, args=(2,), nprocs=2, faults=plan, check=False)
     assert result.values[0] == [2.0, 2.0, 2.0], "the program itself did its step"
+    assert not result.timed_out, f"the world ended first, not at its deadline:\n{result.report()}"
     assert result.fault_counts()[plan] >= 1, "torch failed the message's first try at least"
     verdicts = [p for p in result.problems if plan in p]
     assert verdicts, (f"a plan that loses a message ended with no verdict about it (ok={result.ok}, "
