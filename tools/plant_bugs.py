@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FC = "tests/world/test_fault_controls.py::"
-WG = "tests/world/test_guards.py::"
+WG = "tests/world/test_guarantees.py::"
 UG = "tests/unit/test_guards.py::"
 OPT = "tests/unit/test_options.py::"
 PLUGIN = "tests/world/test_plugin.py::"
