@@ -29,7 +29,7 @@ from pathlib import Path
 
 FC = "tests/world/test_fault_controls.py::"
 WG = "tests/world/test_guarantees.py::"
-UG = "tests/unit/test_guards.py::"
+UG = "tests/unit/test_edges.py::"
 OPT = "tests/unit/test_options.py::"
 PLUGIN = "tests/world/test_plugin.py::"
 US = "tests/unit/test_schedule.py::"
@@ -1045,7 +1045,7 @@ BUGS = (
         ("tests/unit/test_cli.py::test_timeline_names_a_bad_trace",)),
     Bug("a summary keeps a missing metric as NaN (not JSON)", "rpc_harness/scenario.py",
         "    out = finite(out)\n", "",
-        ("tests/unit/test_guards.py::test_a_summary_with_no_metric_is_strict_json_with_null_in_its_place",)),
+        ("tests/unit/test_edges.py::test_a_summary_with_no_metric_is_strict_json_with_null_in_its_place",)),
     Bug("the math kernels' warm-up runs float32 only", "rpc_harness/rank_setup.py",
         "for dtype in (torch.float32, torch.float64):\n        one", "for dtype in (torch.float32,):\n        one",
         ("tests/unit/test_math_kernels.py::"
