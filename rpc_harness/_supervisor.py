@@ -95,8 +95,8 @@ class Supervisor:
     def run(self) -> None:
         """A fresh world: bring it up and watch it to its end (or its deadline)."""
         if self.bring_up():
-            self.watch_until(lambda: not self.running, self.joined_at + self.spec.options.deadline,  # type: ignore[operator]
-                             on_timeout=lambda: self.budget_ran_out("deadline"))
+            deadline = self.joined_at + self.spec.options.deadline  # type: ignore[operator]
+            self.watch_until(lambda: not self.running, deadline, on_timeout=lambda: self.budget_ran_out("deadline"))
         self.ended = time.monotonic()
         self.tell(Progress(None, "world", note=WORLD_ENDED))
 
@@ -415,7 +415,8 @@ class Supervisor:
         # A short grace: faulthandler's dump (no end line) finishes its write,
         # and a rank that torch takes down as the world fails (os.abort once a
         # peer's death has used up its retries) dies of that, not of the
-        # SIGKILL that follows, and is reported so (test_8 in foreign programs).
+        # SIGKILL that follows, and is reported so (tests/world/test_spawned_programs.py,
+        # test_a_rank_that_aborts_itself_is_not_labelled_stopped_by_the_harness).
         time.sleep(0.05)
 
     def _await_stacks(self, ranks: list[int] | set[int], *, signalled: set[int]) -> set[int]:
