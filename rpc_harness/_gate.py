@@ -651,8 +651,3 @@ def raw_wait(future: Any) -> Any:
     """``future.wait()`` as torch does it, for the harness's own callbacks
     (never a scheduling point, even when it runs inline in a task)."""
     return _ORIGINAL.get("wait", type(future).wait)(future)
-
-
-def real_sleep(seconds: float) -> None:
-    """``time.sleep`` as it was, for the harness's own waits."""
-    _ORIGINAL.get("sleep", time.sleep)(seconds)

@@ -33,7 +33,6 @@ import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from multiprocessing.connection import wait
 from typing import Any
 
 from . import _cuda_fork, _torch_check, _workdirs
@@ -82,9 +81,11 @@ def shape_of(spec: WorldSpec) -> tuple[Any, ...]:
 
 
 class LiveSupervisor(Supervisor):
-    """The supervisor of a live world: brings it up once, then watches one
-    entry at a time (its report holds only that entry's output, events
-    and stacks)."""
+    """The supervisor of a live world: brings it up once, as a fresh world
+    is brought up, then watches one entry at a time (its report holds only
+    that entry's output, events and stacks)."""
+
+    live = True
 
     def __init__(self, spec: WorldSpec, workdir: str, start_rank: Callable[..., Any], *, netns: Any,
                  isolation: str) -> None:
@@ -94,22 +95,15 @@ class LiveSupervisor(Supervisor):
         self.checked: dict[int, tuple[str, ...]] = {}
 
     # -- the world's life -----------------------------------------------------------------
-    def bring_up(self) -> bool:
-        """Fork every rank and wait until all have joined; False: it failed
-        to come up (the ranks are stopped, ``collect`` says why)."""
-        self.fork_ranks(live=True)
-        return self._watch_until(lambda: self.joined_at is not None, self.forked_at + self.spec.bringup,
-                                 on_timeout=lambda: self._on_budget("bring-up"))
-
     def run_entry(self, spec: WorldSpec) -> str:
         """Run one entry in every rank and check what it left; returns why
         the world can run no more ("": it can)."""
         self._begin(spec)
-        self._tell(Progress(None, "world", note=WORLD_UP))  # as a fresh world's watchers hear it
+        self.tell(Progress(None, "world", note=WORLD_UP))  # as a fresh world's watchers hear it
         try:
             return self._run_entry(spec)
         finally:
-            self._tell(Progress(None, "world", note=WORLD_ENDED))
+            self.tell(Progress(None, "world", note=WORLD_ENDED))
 
     def _run_entry(self, spec: WorldSpec) -> str:
         self._tell_all(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults, spec.options.deadline))
@@ -117,8 +111,8 @@ class LiveSupervisor(Supervisor):
         def done() -> bool:  # every rank not lost is through its entry
             return all(self.outcomes[r].phase == "done" for r in self.running - self.frozen)
 
-        finished = self._watch_until(done, self.joined_at + spec.options.deadline,  # type: ignore[operator]
-                                     on_timeout=lambda: self._on_budget("deadline"))
+        finished = self.watch_until(done, self.joined_at + spec.options.deadline,  # type: ignore[operator]
+                                    on_timeout=lambda: self.budget_ran_out("deadline"))
         self.ended = time.monotonic()
         if not finished:
             return "failed"
@@ -173,50 +167,29 @@ class LiveSupervisor(Supervisor):
     def _ask(self, *, thorough: bool) -> list[str]:
         self.checked = {}
         self._tell_all(msg.Check(thorough))
-        answered = self._watch_until(lambda: len(self.checked) == len(self.running),
-                                     time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
+        answered = self.watch_until(lambda: len(self.checked) == len(self.running),
+                                    time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
         if not answered:
             return []
         return [line for rank in sorted(self.checked) for line in self.checked[rank]]
 
     def _check_timed_out(self) -> None:
         silent = sorted(self.running - set(self.checked))
-        self._dump_stacks(silent)
+        self.dump_stacks(silent)
         self.problems.append(f"{R.DIRTY}: rule idle ({RULES['idle']}): "
                              f"{', '.join(self.outcomes[r].label for r in silent)} did not answer the check "
                              f"within {CHECK_BUDGET:g}s (their stacks follow)")
         self.kill_all()
 
-    def _watch_until(self, done: Callable[[], bool], limit: float, *, on_timeout: Callable[[], None]) -> bool:
-        """Watch every rank until ``done()``; False when the world failed
-        meanwhile (its ranks are then stopped) or ``limit`` passed."""
-        while not done():
-            remaining = limit - time.monotonic()
-            if remaining <= 0:
-                on_timeout()
-                return False
-            waitables = {self.conns[r]: ("conn", r) for r in self.open_conns}
-            waitables.update({self.procs[r].sentinel: ("exit", r) for r in self.running})
-            for ready in wait(list(waitables), timeout=remaining):
-                what, rank = waitables[ready]
-                if what == "conn":
-                    self._drain(rank)
-                else:
-                    self._on_exit(rank)
-            if any(o.failed or o.status == R.SKIPPED for o in self.outcomes) or self.problems:
-                self._stop_survivors()
-                return False
-        return True
-
-    def _on_message(self, rank: int, message: msg.ToSupervisor) -> None:
+    def on_message(self, rank: int, message: msg.ToSupervisor) -> None:
         match message:
             case msg.Checked(problems):
                 self.checked[rank] = problems
             case msg.EntryDone():
-                super()._on_message(rank, message)
+                super().on_message(rank, message)
                 self.outcomes[rank].status = R.OK
             case _:
-                super()._on_message(rank, message)
+                super().on_message(rank, message)
 
     def alive(self) -> bool:
         """Whether every rank is still there (one may die between entries)."""

@@ -40,6 +40,14 @@ _STACK_WAIT = 2.0  # seconds to wait for every rank's stack dump
 
 
 class Supervisor:
+    """One world, fresh (:meth:`run`) or reused (``rpc_harness._live``, which
+    brings it up through :meth:`bring_up` and watches each entry through
+    :meth:`watch_until`)."""
+
+    # A reused world's ranks run entries as they are told and stay up between
+    # them: they are never told here to shut down or to exit.
+    live = False
+
     def __init__(
         self,
         spec: WorldSpec,
@@ -72,7 +80,6 @@ class Supervisor:
         self.shutdown_sent: bool | None = None  # None, or the graceful flag sent
         self.exit_sent = False
         self.stacks_read: dict[int, int] = {}  # bytes of a rank's stack file read for an earlier report
-        self.signalled: set[int] = set()  # ranks the harness itself sent SIGKILL
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
@@ -86,19 +93,28 @@ class Supervisor:
 
     # -- bring up -----------------------------------------------------------
     def run(self) -> None:
-        self.fork_ranks()
-        self._watch()
+        """A fresh world: bring it up and watch it to its end (or its deadline)."""
+        if self.bring_up():
+            deadline = self.joined_at + self.spec.options.deadline  # type: ignore[operator]
+            self.watch_until(lambda: not self.running, deadline, on_timeout=lambda: self.budget_ran_out("deadline"))
         self.ended = time.monotonic()
-        self._tell(Progress(None, "world", note=WORLD_ENDED))
+        self.tell(Progress(None, "world", note=WORLD_ENDED))
 
-    def fork_ranks(self, *, live: bool = False) -> None:
-        """Start every rank (``live``: a reused world's, which run entries as told)."""
+    def bring_up(self) -> bool:
+        """Fork every rank and watch until all have joined; False: the world
+        failed first or its bring-up budget ran out (its ranks are then
+        stopped, and ``collect`` says why)."""
+        self._fork_ranks()
+        return self.watch_until(lambda: self.joined_at is not None, self.forked_at + self.spec.bringup,
+                                on_timeout=lambda: self.budget_ran_out("bring-up"))
+
+    def _fork_ranks(self) -> None:
         self.started = time.monotonic()
         for outcome in self.outcomes:
             boot = Boot(
                 rank=outcome.rank, names=self.spec.names, workdir=self.workdir, entry=self.spec.entry,
                 payload=self.spec.payload, options=self.spec.options, sys_path=tuple(sys.path),
-                spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns, live=live,
+                spawned=self.spec.spawned, master_port=self.master_port, netns=self.netns, live=self.live,
             )
             proc, conn, schedule_conn = self.start_rank(boot)
             self.procs.append(proc)
@@ -112,21 +128,21 @@ class Supervisor:
         # on a loaded machine), which is not the world's time to spend.
         self.forked_at = time.monotonic()
 
-    def _tell(self, update: Progress) -> None:
+    def tell(self, update: Progress) -> None:
+        """Pass ``update`` on to the world's watcher, with the time since the first fork."""
         if self.on_progress is not None:
             self.on_progress(dataclasses.replace(update, elapsed=time.monotonic() - self.started))
 
     # -- watch ----------------------------------------------------------------
-    def _watch(self) -> None:
-        while self.running:
-            if self.joined_at is None:
-                limit, budget = self.forked_at + self.spec.bringup, "bring-up"
-            else:
-                limit, budget = self.joined_at + self.spec.options.deadline, "deadline"
+    def watch_until(self, done: Callable[[], bool], limit: float, *, on_timeout: Callable[[], None]) -> bool:
+        """Watch every rank until ``done()``: True then; False when the world
+        failed meanwhile (its survivors are then stopped) or ``limit`` (a
+        ``time.monotonic()``) passed first, when ``on_timeout()`` is called."""
+        while not done():
             remaining = limit - time.monotonic()
             if remaining <= 0:
-                self._on_budget(budget)
-                return
+                on_timeout()
+                return False
             waitables = {self.conns[r]: ("conn", r) for r in self.open_conns}
             waitables.update({self.procs[r].sentinel: ("exit", r) for r in self.running})
             if self.link is not None:
@@ -144,19 +160,22 @@ class Supervisor:
                 self._check_schedule()
             if any(o.failed or o.status == R.SKIPPED for o in self.outcomes) or self.problems:
                 self._stop_survivors()
-                return
-            self._maybe_release()
-            self._maybe_let_exit()
+                return False
+            if not self.live:
+                self._maybe_release()
+                self._maybe_let_exit()
+        return True
 
     def _drain(self, rank: int) -> None:
         conn = self.conns[rank]
         try:
             while rank in self.open_conns and conn.poll():
-                self._on_message(rank, conn.recv())
+                self.on_message(rank, conn.recv())
         except (EOFError, OSError):
             self.open_conns.discard(rank)
 
-    def _on_message(self, rank: int, message: msg.ToSupervisor) -> None:
+    def on_message(self, rank: int, message: msg.ToSupervisor) -> None:
+        """What one message of ``rank``'s says (a subclass takes the kinds of its own first)."""
         outcome = self.outcomes[rank]
         match message:
             case msg.Joined(names):
@@ -166,10 +185,10 @@ class Supervisor:
                     self._named(rank, names)
                 if len(self.ready) == len(self.outcomes):
                     self.joined_at = time.monotonic()
-                    self._tell(Progress(None, "world", note=WORLD_UP))
+                    self.tell(Progress(None, "world", note=WORLD_UP))
             case msg.ProgressReported(done, total, unit, metrics):
                 outcome.progress = (done, total, unit)
-                self._tell(Progress(rank, outcome.name, done, total, unit, metrics))
+                self.tell(Progress(rank, outcome.name, done, total, unit, metrics))
             case msg.EntryDone(value) | msg.Value(value):
                 if isinstance(message, msg.EntryDone):
                     outcome.phase = "done"
@@ -292,7 +311,7 @@ class Supervisor:
         waiting = self.link.stalled([self.procs[r].pid for r in alive])
         if waiting is None:
             return
-        self._dump_stacks(alive)
+        self.dump_stacks(alive)
         stacks = []
         for rank in alive:
             raw = _read_text(rank_file(self.workdir, rank, "stacks"))
@@ -313,12 +332,14 @@ class Supervisor:
         for pid, held in _nvml.held_by(pids).items():
             self.outcomes[pids[pid]].gpu_memory = held
 
-    def _on_budget(self, budget: str) -> None:
+    def budget_ran_out(self, budget: str) -> None:
+        """``budget`` ("bring-up", "deadline") ran out: every running rank's
+        stacks, then every rank killed."""
         self.timed_out = True
         self.budget = budget
         self._note_gpu_memory()
         alive = sorted(self.running)
-        self._dump_stacks(alive)
+        self.dump_stacks(alive)
         for rank in alive:
             outcome = self.outcomes[rank]
             outcome.status = R.STOPPED if outcome.phase in ("done", "frozen") else R.HUNG
@@ -329,7 +350,7 @@ class Supervisor:
         for a caller in another thread that is about to end this process
         (pytest-timeout's thread method), where no result will be made."""
         alive = sorted(set(self.running))
-        self._dump_stacks(alive)
+        self.dump_stacks(alive)
         lines = [f"rpc world of {len(self.outcomes)} ranks (seed={self.spec.seed}) still running"]
         for rank in alive:
             raw = _read_text(rank_file(self.workdir, rank, "stacks"))
@@ -346,7 +367,7 @@ class Supervisor:
         what = f"{type(error).__name__}: {error}".rstrip(": ")
         self.problems.append(f"{R.INTERRUPTED} ({what})")
         self.ended = time.monotonic()
-        self._dump_stacks(sorted(self.running))
+        self.dump_stacks(sorted(self.running))
 
     def _stop_survivors(self) -> None:
         self._note_gpu_memory()
@@ -360,7 +381,7 @@ class Supervisor:
         self._await_reports([r for r in busy if self._raised(r)])
         busy = [r for r in busy if not self.outcomes[r].failed]
         if any(o.failed for o in self.outcomes) or self.problems:
-            self._dump_stacks(busy)
+            self.dump_stacks(busy)
         self.kill_all()
 
     def _raised(self, rank: int) -> bool:
@@ -376,7 +397,7 @@ class Supervisor:
                 self._drain(pending[ready])
             pending = {c: r for c, r in pending.items() if r in self.open_conns and not self.outcomes[r].failed}
 
-    def _dump_stacks(self, ranks: list[int]) -> None:
+    def dump_stacks(self, ranks: list[int]) -> None:
         """Ask ``ranks`` for every thread's stack and wait, briefly, until each
         has written its dump. The safe way first, through the rank's FIFO
         (``_stackdump``); SIGUSR1 (faulthandler) only for a rank not armed yet
@@ -394,7 +415,8 @@ class Supervisor:
         # A short grace: faulthandler's dump (no end line) finishes its write,
         # and a rank that torch takes down as the world fails (os.abort once a
         # peer's death has used up its retries) dies of that, not of the
-        # SIGKILL that follows, and is reported so (test_8 in foreign programs).
+        # SIGKILL that follows, and is reported so (tests/world/test_spawned_programs.py,
+        # test_a_rank_that_aborts_itself_is_not_labelled_stopped_by_the_harness).
         time.sleep(0.05)
 
     def _await_stacks(self, ranks: list[int] | set[int], *, signalled: set[int]) -> set[int]:
@@ -421,7 +443,6 @@ class Supervisor:
     def kill_all(self) -> None:
         """SIGKILL every rank still running and reap it. Idempotent."""
         for rank in sorted(self.running):
-            self.signalled.add(rank)
             _signal(self.procs[rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
             self.procs[rank].join(10)

@@ -370,7 +370,7 @@ def cleanup_retried_after_its_peer_died(ctx, tries=2):
     return logged()
 
 
-# -- when a call: failpoint strikes (tests/world/test_guards.py) -------------------------
+# -- when a call: failpoint strikes (tests/world/test_guarantees.py) -------------------------
 
 
 def record_line(path, text):

@@ -64,7 +64,7 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/options.py": [
         "tests/unit/test_option_checks.py",
         "tests/unit/test_options.py",
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
         "tests/unit/test_devices.py",
         "tests/unit/test_parsers.py",
         "tests/unit/test_cli.py",
@@ -80,7 +80,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_replay.py",
         "tests/unit/test_parsers.py",
         "tests/unit/test_options.py",
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
         "tests/unit/test_control_lost.py",
         "tests/unit/test_cli.py",
     ],
@@ -131,25 +131,25 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/scenarios/parameter_server/judge.py": [
         "tests/unit/test_ps_judge.py",
         "tests/unit/test_scenario_ps.py",
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
         "tests/unit/test_contracts.py",
     ],
     "rpc_harness/scenarios/rl/judge.py": [
         "tests/unit/test_rl_judge.py",
         "tests/unit/test_scenario_rl.py",
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
         "tests/unit/test_contracts.py",
     ],
     "rpc_harness/scenarios/rnn/judge.py": [
         "tests/unit/test_rnn_judge.py",
         "tests/unit/test_scenario_rnn.py",
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
         "tests/unit/test_contracts.py",
     ],
     # -- the rest of the library (issue 38): pure modules with unit tests first.
     "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
         "tests/unit/test_repro_lines.py",
         "tests/unit/test_options.py",
         "tests/unit/test_option_checks.py",
@@ -183,9 +183,9 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/entry.py": [
         "tests/unit/test_option_checks.py",
         "tests/unit/test_options.py",
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
     ],
-    "rpc_harness/errors.py": ["tests/unit/test_one_line.py", "tests/unit/test_guards.py", "tests/unit/test_options.py"],
+    "rpc_harness/errors.py": ["tests/unit/test_one_line.py", "tests/unit/test_edges.py", "tests/unit/test_options.py"],
     "rpc_harness/events.py": ["tests/unit/test_tally.py", "tests/unit/test_contracts.py"],
     "rpc_harness/extras.py": ["tests/unit/test_cli.py", "tests/unit/test_docs.py"],
     "rpc_harness/plots.py": ["tests/unit/test_plots.py"],
@@ -197,7 +197,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "rpc_harness/scenario.py": [
         "tests/unit/test_scenario_shape.py",
-        "tests/unit/test_guards.py",
+        "tests/unit/test_edges.py",
         "tests/unit/test_cli.py",
         "tests/unit/test_parsers.py",
     ],

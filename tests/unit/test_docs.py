@@ -4,6 +4,8 @@ every runnable one compiles; tests/world/test_docs.py runs them."""
 
 from __future__ import annotations
 
+import re
+
 import doc_examples
 
 
@@ -49,3 +51,15 @@ def test_blocks_of_one_file_are_joined_in_order(tmp_path, monkeypatch):
     monkeypatch.setattr(doc_examples, "ROOT", tmp_path)
     assert doc_examples.files() == ({"test_a.py": ("test", "def f(): return 1\n\n\ndef test_f(): assert f() == 1\n")},
                                     [])
+
+
+def test_the_layout_names_every_module_of_the_library():
+    """docs/layout.md is the map a contributor reads first: a module it
+    leaves out is one nobody finds (eight were missing once, issue 38)."""
+    root = doc_examples.ROOT
+    layout = (root / "docs" / "layout.md").read_text()
+    package = root / "rpc_harness"
+    names = [path.name for path in package.glob("*.py") if path.name not in ("__init__.py", "__main__.py")]
+    names += [f"{path.name}/" for path in package.iterdir() if (path / "__init__.py").is_file()]
+    missing = sorted(name for name in names if not re.search(rf"(?<![\w/.]){re.escape(name)}(?![\w.])", layout))
+    assert not missing, f"docs/layout.md does not name {', '.join(missing)}"

@@ -1,5 +1,5 @@
 """A report's stacks: the harness's own frames left out, alike threads shown
-once (issue 28, item 4; tests/world/test_issue28.py shows it on a real world)."""
+once (issue 28, item 4; tests/world/test_failure_reports.py shows it on a real world)."""
 
 from __future__ import annotations
 

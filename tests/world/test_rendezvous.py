@@ -6,7 +6,7 @@ is torch's own path, with the same results.
 That the agent behaves the same under the default is proved by the rest of
 the suite, which runs under it: every fault kind (test_fault_controls),
 kills and shutdown after a death (test_launcher, test_spawn, the scenario
-tests), hangs and deadlines (test_launcher, test_guards)."""
+tests), hangs and deadlines (test_launcher, test_guarantees)."""
 
 from __future__ import annotations
 

@@ -82,6 +82,7 @@ def test_explore_finds_the_lost_update_shrinks_it_and_its_replay_line_fails_agai
     assert any("schedule='replay:" in line for line in found.replay)
     again = lost(found.shrunk.seed, found.replay_schedule)
     assert again.schedule_digest == found.shrunk.world.schedule_digest and not again.ok
+    assert verdict(again) == verdict(found.shrunk.world) and "lost update" in again["bank"].error, again.report()
 
 
 # One of the suite's slowest (pytest --durations): six controlled worlds, and those that block on
@@ -108,6 +109,12 @@ def test_faults_fire_by_hit_count_under_a_controlled_schedule():
     assert world["client1"].status == "killed"
     assert [s.point for s in world.schedule if s.worker == "client1"][-1] == "died"
     assert world.controlled, world.schedule_note
+    # The world ended as the plan says, not at its deadline: client1 died
+    # before its deposit, so the bank got client2's alone and its check
+    # failed once the survivors had shut down.
+    assert not world.timed_out, world.report()
+    assert [(o.name, o.status) for o in world.failures] == [("bank", "raised")], world.report()
+    assert "lost update: balance 9, expected 18" in world["bank"].error, world.report()
 
 
 def test_the_parameter_server_tutorial_races_under_control_and_replays_its_verdict():

@@ -1,9 +1,12 @@
-"""Issue 22: programs nobody here wrote, run under spawn. One test per defect,
-each with a program of the shape that exposed it (tests/programs/, none of
-which imports the harness), asserting what the issue asks for. Every test
-here fails before its fix, for the reason its name gives.
+"""Programs nobody here wrote, written the tutorials' way, run under spawn:
+how their RPCs are named, lost messages, their own stores, options and
+timeouts, shutdowns, replay lines and tokens, their own deaths, remote
+errors, setup code. Each test runs a program of the shape that exposed a
+defect (tests/programs/, none of which imports the harness; issue 22), and
+failed before its fix, for the reason its name gives.
 
-This module does import-time setup of its own, on purpose (defect 7): the
+This module does import-time setup of its own, on purpose (see "a replay
+token and the test module's import-time setup" below): the
 RL tutorial as printed parses its command line when imported, so the
 module hands it a clean ``sys.argv`` first, as a test of such a script must.
 """
@@ -56,10 +59,10 @@ def served_and_issued(result):
     return {e["func"] for r in result for e in r.events if e["kind"] in ("rpc_begin", "serve_begin")}
 
 
-# -- 1 ----------------------------------------------------------------------------------
+# -- RPCs named so that a plan can aim at them ---------------------------------------------
 
 
-def test_1_an_rref_proxy_method_sent_as_the_function_is_named_like_a_proxy_call(rpc_world):
+def test_an_rref_proxy_method_sent_as_the_function_is_named_like_a_proxy_call(rpc_world):
     # The agent kicks off each episode with
     # rpc_async(ob_rref.owner(), ob_rref.rpc_sync().run_episode, ...): the
     # function sent is functools.partial(_invoke_rpc, rref, rpc_sync, 'run_episode', ...).
@@ -78,16 +81,17 @@ def test_1_an_rref_proxy_method_sent_as_the_function_is_named_like_a_proxy_call(
     assert result.fault_counts() == {kickoff: 4, served: 2, plumbing: 0}
 
 
-# -- 2 ----------------------------------------------------------------------------------
+# -- a lost message's verdict when the world ends first ------------------------------------
 
 
-def test_2_a_msgfail_that_loses_a_message_ends_in_a_verdict_even_when_the_world_ends_first(rpc_world):
+def test_a_msgfail_that_loses_a_message_ends_in_a_verdict_even_when_the_world_ends_first(rpc_world):
     # Leaving the dist_autograd context sends CLEANUP_AUTOGRAD_CONTEXT_REQ;
     # =6 fails all of torch's tries, which run ~1 s apart (with back-off),
     # and the program shuts down at once.
     plan = text("msgfail:worker0@CLEANUP_AUTOGRAD_CONTEXT_REQ=6")
     result = rpc_world.spawn(autograd_cleanup.run_worker, args=(2,), nprocs=2, faults=plan, check=False)
     assert result.values[0] == [2.0, 2.0, 2.0], "the program itself did its step"
+    assert not result.timed_out, f"the world ended first, not at its deadline:\n{result.report()}"
     assert result.fault_counts()[plan] >= 1, "torch failed the message's first try at least"
     verdicts = [p for p in result.problems if plan in p]
     assert verdicts, (f"a plan that loses a message ended with no verdict about it (ok={result.ok}, "
@@ -96,13 +100,13 @@ def test_2_a_msgfail_that_loses_a_message_ends_in_a_verdict_even_when_the_world_
     assert not result.ok
 
 
-# -- 3 ----------------------------------------------------------------------------------
+# -- a program's own TCP store, two worlds at once -----------------------------------------
 
 
 # One of the suite's slowest (pytest --durations): a race that failed about one run in six needs
 # many runs: ten in each of two streams at once.
 @pytest.mark.long
-def test_3_a_program_with_its_own_tcp_store_passes_its_graceful_shutdown_with_two_worlds_at_once():
+def test_a_program_with_its_own_tcp_store_passes_its_graceful_shutdown_with_two_worlds_at_once():
     # pytorch/examples' DDP + RPC: rank 0 hosts the program's own tcp://
     # stores and exits as soon as its shutdown returns; a peer still in
     # TensorPipeAgent::join's store barrier then reads from a dead store
@@ -121,12 +125,12 @@ def test_3_a_program_with_its_own_tcp_store_passes_its_graceful_shutdown_with_tw
     assert not failed, f"{len(failed)} of {len(results)} runs failed:\n" + "\n".join(failed)
 
 
-# -- 4 ----------------------------------------------------------------------------------
+# -- a program's own rpc_timeout -----------------------------------------------------------
 
 
 # One of the suite's slowest (pytest --durations): a reply that takes 7 s against a 5 s rpc_timeout:
 # the timeout must be seen to act.
-def test_4_spawn_rpc_timeout_is_applied_or_refused_when_the_program_passes_its_own_options(rpc_world):
+def test_spawn_rpc_timeout_is_applied_or_refused_when_the_program_passes_its_own_options(rpc_world):
     # The program passes rpc.TensorPipeRpcBackendOptions() (torch's defaults,
     # rpc_timeout=60) and asks worker0 for a reply that takes 7 s.
     try:
@@ -143,10 +147,10 @@ def test_4_spawn_rpc_timeout_is_applied_or_refused_when_the_program_passes_its_o
     assert result.values[1]["timed_out"] and result.values[1]["seconds"] < 7, result.values[1]
 
 
-# -- 5 ----------------------------------------------------------------------------------
+# -- a passive rank stuck inside its own shutdown ------------------------------------------
 
 
-def test_5_a_passive_rank_stuck_serving_inside_its_own_shutdown_gets_its_stacks(rpc_world):
+def test_a_passive_rank_stuck_serving_inside_its_own_shutdown_gets_its_stacks(rpc_world):
     with pytest.raises(WorldFailed) as caught:
         rpc_world.spawn(stuck_handler.run_worker, args=(2,), nprocs=2)
     result, report = caught.value.result, str(caught.value)
@@ -160,12 +164,12 @@ def test_5_a_passive_rank_stuck_serving_inside_its_own_shutdown_gets_its_stacks(
     assert "wait_for_lease" in report
 
 
-# -- 6 ----------------------------------------------------------------------------------
+# -- replay lines hold only literals -------------------------------------------------------
 
 _UNPASTEABLE = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>")
 
 
-def test_6_no_replay_line_holds_an_argument_that_has_no_literal(rpc_world):
+def test_no_replay_line_holds_an_argument_that_has_no_literal(rpc_world):
     config = with_config.Config(steps=3)
     plan = "raise:worker1@rpc.serve:work#2=bad step"
     with pytest.raises(WorldFailed) as caught:
@@ -184,7 +188,7 @@ def test_6_no_replay_line_holds_an_argument_that_has_no_literal(rpc_world):
     assert "Config" in replay and "seed=5" in replay, replay
 
 
-# -- 7 ----------------------------------------------------------------------------------
+# -- a replay token and the test module's import-time setup --------------------------------
 
 
 def _rpc_harness_command():
@@ -194,7 +198,7 @@ def _rpc_harness_command():
 
 # One of the suite's slowest (pytest --durations): torch's RL tutorial spawned as written (three
 # processes) with a fault, then its token replayed by the CLI in fresh processes.
-def test_7_a_replay_token_rebuilds_the_test_modules_import_time_setup_or_refuses_first(rpc_world):
+def test_a_replay_token_rebuilds_the_test_modules_import_time_setup_or_refuses_first(rpc_world):
     # This module set sys.argv before importing the tutorial (see its top);
     # the token must bring that along, or refuse before any process starts.
     plan = "raise:agent@call:programs.rl_argparse:Agent.finish_episode#2=no update"
@@ -211,14 +215,14 @@ def test_7_a_replay_token_rebuilds_the_test_modules_import_time_setup_or_refuses
         assert "the failure reproduced" in out and "no update" in out, out[-3000:]
     else:
         assert done.returncode == 2, out[-3000:]
-        assert "test_foreign_programs" in out, f"a refusal names the module it cannot rebuild:\n{out[-1500:]}"
+        assert __name__.rpartition(".")[2] in out, f"a refusal names the module it cannot rebuild:\n{out[-1500:]}"
         assert "rpc world" not in out, "refused before any process started"
 
 
-# -- 8 ----------------------------------------------------------------------------------
+# -- a rank that aborts itself -------------------------------------------------------------
 
 
-def test_8_a_rank_that_aborts_itself_is_not_labelled_stopped_by_the_harness(rpc_world):
+def test_a_rank_that_aborts_itself_is_not_labelled_stopped_by_the_harness(rpc_world):
     # worker1 is killed at its 5th stage; worker0 raises at once, and worker2
     # aborts its own process 20 ms later, while the harness is collecting
     # stacks before it stops the survivors.
@@ -233,10 +237,10 @@ def test_8_a_rank_that_aborts_itself_is_not_labelled_stopped_by_the_harness(rpc_
     assert "stopped by the harness" not in result.report(), "no rank here was stopped by the harness"
 
 
-# -- 9 ----------------------------------------------------------------------------------
+# -- a remote error's summary line ---------------------------------------------------------
 
 
-def test_9_a_remote_errors_summary_line_carries_the_innermost_message(rpc_world):
+def test_a_remote_errors_summary_line_carries_the_innermost_message(rpc_world):
     with pytest.raises(WorldFailed) as caught:
         rpc_world.spawn(remote_raise.run_worker, args=(2,), nprocs=2, faults="raise:w1@rpc.serve:save_block#2=disk full")
     client = caught.value.result["w0"]
@@ -246,7 +250,7 @@ def test_9_a_remote_errors_summary_line_carries_the_innermost_message(rpc_world)
     assert "disk full" in str(caught.value).splitlines()[1], "the report's line for w0 says what happened"
 
 
-# -- 10 ---------------------------------------------------------------------------------
+# -- setup code in every rank --------------------------------------------------------------
 
 
 def shard_sizes(ctx):
@@ -254,7 +258,7 @@ def shard_sizes(ctx):
     return len(needs_setup.load_dataset()[ctx.rank::ctx.world_size])
 
 
-def test_10_setup_code_runs_in_every_rank_before_the_program(rpc_world, monkeypatch):
+def test_setup_code_runs_in_every_rank_before_the_program(rpc_world, monkeypatch):
     from programs import fake_dataset
 
     # A patch in the test process does not reach the ranks (forked from the

@@ -1,7 +1,10 @@
-"""Issue 24: guards that no test saw break, checked without a world. Each
-test is numbered after the blind spot of the issue it closes (the others,
-which need real worlds, are in tests/world/test_guards.py); each was seen to
-fail with its guard removed (tools/plant_bugs.py plants each removal)."""
+"""Thresholds, ranges and verdicts exact at their edges, checked without a
+world: the liveness rule, the bring-up budget, the command line's numeric
+ranges, a scenario's "did it learn" verdict, complete gradient comparisons,
+the parameter server's lease queue, the registry. Those that need real
+worlds are in tests/world/test_guarantees.py. Each was seen to fail with its
+guard removed (tools/plant_bugs.py plants each removal; issue 24 found them
+unguarded)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from rpc_harness.scenarios import parameter_server as ps
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-# -- 3: the liveness rule's exact threshold ----------------------------------------------
+# -- the liveness rule's exact threshold ---------------------------------------------------
 
 
 def answers_in_turn(monkeypatch, *outcomes):
@@ -42,28 +45,28 @@ def answers_in_turn(monkeypatch, *outcomes):
     return pinged
 
 
-def test_3_the_liveness_rule_is_three_timed_out_pings_of_five_seconds_as_documented():
+def test_the_liveness_rule_is_three_timed_out_pings_of_five_seconds_as_documented():
     # README: "when 3 pings in a row time out (5 s each)"; the parameter
     # server's defaults are the rule's.
     assert (_rpc.PING_ATTEMPTS, _rpc.PING_TIMEOUT) == (3, 5.0)
     assert (ps.Config().ping_attempts, ps.Config().ping_timeout) == (_rpc.PING_ATTEMPTS, _rpc.PING_TIMEOUT)
 
 
-def test_3_a_watched_peer_is_dead_at_exactly_the_third_timed_out_ping_in_a_row(monkeypatch):
+def test_a_watched_peer_is_dead_at_exactly_the_third_timed_out_ping_in_a_row(monkeypatch):
     answers_in_turn(monkeypatch, _rpc.TIMED_OUT)
     detector = _rpc.FailureDetector()
     assert [detector.check("trainer1") for _ in range(4)] == [False, False, True, True]
 
 
 @pytest.mark.parametrize("attempts", [1, 2, 5])
-def test_3_the_threshold_is_the_attempts_given_not_one_more(monkeypatch, attempts):
+def test_the_threshold_is_the_attempts_given_not_one_more(monkeypatch, attempts):
     answers_in_turn(monkeypatch, _rpc.TIMED_OUT)
     detector = _rpc.FailureDetector(attempts=attempts, timeout=0.1)
     verdicts = [detector.check("trainer1") for _ in range(attempts + 1)]
     assert verdicts == [False] * (attempts - 1) + [True, True]
 
 
-def test_3_an_answer_or_a_call_from_the_peer_starts_the_count_again(monkeypatch):
+def test_an_answer_or_a_call_from_the_peer_starts_the_count_again(monkeypatch):
     answers_in_turn(monkeypatch, _rpc.TIMED_OUT, _rpc.TIMED_OUT, _rpc.ANSWERED, _rpc.TIMED_OUT)
     detector = _rpc.FailureDetector()
     assert [detector.check("t") for _ in range(5)] == [False, False, False, False, False]
@@ -75,14 +78,14 @@ def test_3_an_answer_or_a_call_from_the_peer_starts_the_count_again(monkeypatch)
     assert [detector.check("t") for _ in range(3)] == [False, False, True]
 
 
-def test_3_a_broken_connection_is_death_at_once(monkeypatch):
+def test_a_broken_connection_is_death_at_once(monkeypatch):
     answers_in_turn(monkeypatch, _rpc.FAILED)
     assert _rpc.FailureDetector().check("t") is True
     pinged = answers_in_turn(monkeypatch, _rpc.FAILED)
     assert _rpc.is_dead("t") is True and len(pinged) == 1
 
 
-def test_3_is_dead_pings_exactly_three_times_before_calling_a_silent_peer_dead(monkeypatch):
+def test_is_dead_pings_exactly_three_times_before_calling_a_silent_peer_dead(monkeypatch):
     pinged = answers_in_turn(monkeypatch, _rpc.TIMED_OUT)
     assert _rpc.is_dead("ps") is True
     assert len(pinged) == _rpc.PING_ATTEMPTS == 3
@@ -92,10 +95,10 @@ def test_3_is_dead_pings_exactly_three_times_before_calling_a_silent_peer_dead(m
     assert _rpc.is_dead("ps") is False and len(pinged) == 1
 
 
-# -- 5: the bring-up budget ---------------------------------------------------------------
+# -- the bring-up budget -------------------------------------------------------------------
 
 
-def test_5_the_default_bring_up_budget_is_60_s_or_half_a_second_a_rank():
+def test_the_default_bring_up_budget_is_60_s_or_half_a_second_a_rank():
     from rpc_harness.spec import make_spec
 
     assert [O.default_bringup(n) for n in (1, 2, 120, 121, 256)] == [60.0, 60.0, 60.0, 60.5, 128.0]
@@ -104,11 +107,11 @@ def test_5_the_default_bring_up_budget_is_60_s_or_half_a_second_a_rank():
     assert make_spec("worlds:identity", 256, bringup=5).bringup == 5.0
 
 
-# -- 6: numeric ranges at the edges, through the rpc-harness command line ------------------
+# -- numeric ranges at the edges, through the rpc-harness command line ---------------------
 
 
 @pytest.mark.parametrize("repeat", ["0", "-1", "-5"])
-def test_6_run_repeat_below_one_is_bad_input_before_any_world(capsys, repeat, no_world):
+def test_run_repeat_below_one_is_bad_input_before_any_world(capsys, repeat, no_world):
     assert cli.main(["run", "ps", "--repeat", repeat, "--progress", "off"]) == 2
     err = capsys.readouterr().err
     assert f"--repeat {repeat}: use a whole number >= 1" in err and "Traceback" not in err
@@ -116,14 +119,14 @@ def test_6_run_repeat_below_one_is_bad_input_before_any_world(capsys, repeat, no
 
 
 @pytest.mark.parametrize("repeat", ["0", "-1"])
-def test_6_bench_repeat_below_one_is_bad_input(capsys, repeat):
+def test_bench_repeat_below_one_is_bad_input(capsys, repeat):
     assert cli.main(["bench", "--repeat", repeat, "--only", "failpoint"]) == 2
     assert f"--repeat {repeat}: use a whole number >= 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", [["run", "ps"], ["replay", "rpch1_x"]])
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "0", "-1", "1e400", repr(O.MAX_SECONDS * 2), "soon"])
-def test_6_a_deadline_out_of_range_is_bad_input_naming_the_flag(capsys, no_world, command, value):
+def test_a_deadline_out_of_range_is_bad_input_naming_the_flag(capsys, no_world, command, value):
     assert cli.main([*command, f"--deadline={value}", "--progress", "off"]) == 2
     err = capsys.readouterr().err
     assert f"argument --deadline: invalid deadline '{value}'; use seconds > 0 (at most 604800)" in err
@@ -139,7 +142,7 @@ def test_6_a_deadline_out_of_range_is_bad_input_naming_the_flag(capsys, no_world
     ("--world-size", "0", "invalid world_size 0"), ("--world-size", "-2", "invalid world_size -2"),
     ("--world-size", "513", "invalid world_size 513; use at most 512"),
 ])
-def test_6_every_numeric_flag_of_run_refuses_its_edges(capsys, no_world, flag, value, message):
+def test_every_numeric_flag_of_run_refuses_its_edges(capsys, no_world, flag, value, message):
     assert cli.main(["run", "ps", flag, value, "--progress", "off"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
@@ -151,14 +154,14 @@ def test_6_every_numeric_flag_of_run_refuses_its_edges(capsys, no_world, flag, v
     ("--fuzz", "1", "fuzz", 1.0), ("--fuzz", "0", "fuzz", 0.0),
     ("--seed", str(2**63 - 1), "seed", 2**63 - 1), ("--seed", "0", "seed", 0),
 ])
-def test_6_the_largest_and_smallest_accepted_values_reach_the_world_from_the_command_line(
+def test_the_largest_and_smallest_accepted_values_reach_the_world_from_the_command_line(
         no_world, flag, value, option, expected):
     with pytest.raises(Started):
         cli.main(["run", "ps", flag, value, "--no-fault-checks", "--progress", "off"])
     assert no_world[0][option] == expected
 
 
-def test_6_a_crafted_token_with_a_budget_or_fuzz_out_of_range_is_refused_naming_its_field():
+def test_a_crafted_token_with_a_budget_or_fuzz_out_of_range_is_refused_naming_its_field():
     good = Repro(world_size=2, seed=1, entry="m:f", options={"rpc_timeout": O.MAX_SECONDS, "fuzz": 1.0})
     assert decode(good.token()).options == {"rpc_timeout": O.MAX_SECONDS, "fuzz": 1.0}
     for field, value in (("t", math.inf), ("t", math.nan), ("t", 0), ("t", -1.0), ("t", O.MAX_SECONDS * 2),
@@ -184,14 +187,14 @@ def _token_with(repro, **fields):
     return "rpch1_" + base64.urlsafe_b64encode(zlib.compress(raw)).decode().rstrip("=")
 
 
-# -- 7: a scenario's "did it learn" verdict ---------------------------------------------------
+# -- a scenario's "did it learn" verdict ---------------------------------------------------
 
 
 def report(**fields):
     return registry.ScenarioReport(scenario="ps", world_size=3, seed=1, metric_name="accuracy", **fields)
 
 
-def test_7_a_report_is_ok_only_when_contract_outcome_coverage_and_every_tensor_are():
+def test_a_report_is_ok_only_when_contract_outcome_coverage_and_every_tensor_are():
     assert report().ok
     assert not report(outcome_ok=False, outcome_note="held-out accuracy 0.1 is not above 0.5").ok
     assert not report(contract_ok=False).ok
@@ -203,7 +206,7 @@ def test_7_a_report_is_ok_only_when_contract_outcome_coverage_and_every_tensor_a
         "outcome: loss did not fall"]
 
 
-def test_7_a_run_that_did_not_learn_fails_check_and_rpc_harness_run(monkeypatch, capsys):
+def test_a_run_that_did_not_learn_fails_check_and_rpc_harness_run(monkeypatch, capsys):
     unlearned = report(outcome_ok=False, outcome_note="held-out accuracy 0.1 is not above 0.5 (chance 0.1)",
                        grads_checked=8, grads_expected=8, steps=24, metric=0.1)
     with pytest.raises(AssertionError, match="outcome: held-out accuracy 0.1 is not above 0.5"):
@@ -246,17 +249,17 @@ def stub_world():
                                ranks=[rpc_harness.RankOutcome(0, "a", status="ok"), rpc_harness.RankOutcome(1, "b", status="ok")])
 
 
-def test_7_the_judge_carries_the_outcome_verdict_into_the_report():
+def test_the_judge_carries_the_outcome_verdict_into_the_report():
     assert registry.judge(_Stub(), stub_world(), None).ok
     failed = registry.judge(_Stub(outcome_ok=False), stub_world(), None)
     assert not failed.ok and failed.contract_ok and not failed.mismatches
     assert failed.problems() == ["outcome: did not learn"]
 
 
-# -- 8: complete gradient comparisons, in every scenario ------------------------------------
+# -- complete gradient comparisons, in every scenario --------------------------------------
 
 
-def test_8_a_judge_that_compares_fewer_tensors_than_the_baseline_has_fails_the_report():
+def test_a_judge_that_compares_fewer_tensors_than_the_baseline_has_fails_the_report():
     short = registry.judge(_Stub(drop=1), stub_world(), None)
     assert (short.grads_checked, short.grads_expected) == (1, 2)
     assert not short.ok and not short.mismatches
@@ -279,7 +282,7 @@ def without(tensors, owner):
 
 
 @pytest.mark.parametrize("owner", ["ps0", "ps1", "trainer"])
-def test_8_rnn_a_rank_whose_tensors_are_all_missing_from_the_run_is_still_compared(rnn_baseline, owner):
+def test_rnn_a_rank_whose_tensors_are_all_missing_from_the_run_is_still_compared(rnn_baseline, owner):
     expected = rnn_baseline
     actual = copy.deepcopy(expected)
     for step in actual["trainer"]["steps"]:
@@ -306,7 +309,7 @@ def ps_baseline():
     return config, ps.judge.Records(log, {}), base
 
 
-def test_8_ps_a_gradient_missing_from_the_servers_log_is_compared_and_counted(ps_baseline):
+def test_ps_a_gradient_missing_from_the_servers_log_is_compared_and_counted(ps_baseline):
     config, records, base = ps_baseline
     whole = ps.SCENARIO.compare(records, base, config, 4)
     assert not whole.mismatches and whole.checked == whole.expected == len(base.steps) * 8
@@ -317,7 +320,7 @@ def test_8_ps_a_gradient_missing_from_the_servers_log_is_compared_and_counted(ps
     assert [m.param for m in short.mismatches] == ["fc1.weight (missing in the distributed run)"]
 
 
-def test_8_rl_a_gradient_missing_from_an_episode_is_compared_and_counted():
+def test_rl_a_gradient_missing_from_an_episode_is_compared_and_counted():
     config = rl.Config(episodes=2, max_steps=5)
     base = rl.baseline(config, 3, 4)
     whole = rl.SCENARIO.compare(copy.deepcopy(base), base, config, 4)
@@ -329,7 +332,7 @@ def test_8_rl_a_gradient_missing_from_an_episode_is_compared_and_counted():
     assert [m.param for m in short.mismatches] == ["affine2.bias (missing in the distributed run)"]
 
 
-# -- 9: the parameter server's lease queue -------------------------------------------------
+# -- the parameter server's lease queue ----------------------------------------------------
 
 
 TRAINERS = ("trainer1", "trainer2", "trainer3", "trainer4")
@@ -344,7 +347,7 @@ def granted(futures):
     return [name for name, future in futures.items() if future.done()]
 
 
-def test_9_the_step_lease_is_granted_first_come_first_served(server):
+def test_the_step_lease_is_granted_first_come_first_served(server):
     futures = {}
     for cid, trainer in enumerate(TRAINERS, start=1):
         futures[trainer] = server.begin_step(trainer, 0, cid)
@@ -357,7 +360,7 @@ def test_9_the_step_lease_is_granted_first_come_first_served(server):
     assert order == list(TRAINERS)
 
 
-def test_9_a_trainer_reaped_while_its_request_is_queued_is_never_granted_the_lease(server):
+def test_a_trainer_reaped_while_its_request_is_queued_is_never_granted_the_lease(server):
     futures = {t: server.begin_step(t, 0, cid) for cid, t in enumerate(TRAINERS[:3], start=1)}
     assert granted(futures) == ["trainer1"]
     server.reap("trainer2")  # dead while queued behind trainer1
@@ -369,17 +372,17 @@ def test_9_a_trainer_reaped_while_its_request_is_queued_is_never_granted_the_lea
         server.begin_step("trainer2", 1, 5)
 
 
-def test_9_a_reaped_holder_gives_the_lease_to_the_next_in_line(server):
+def test_a_reaped_holder_gives_the_lease_to_the_next_in_line(server):
     futures = {t: server.begin_step(t, 0, cid) for cid, t in enumerate(TRAINERS[:3], start=1)}
     server.reap("trainer1")
     assert granted(futures) == ["trainer1", "trainer2"]
     assert [d["trainer"] for d in server.report()["dropped"]] == ["trainer1"]
 
 
-# -- 12: the registry seeing one distribution twice --------------------------------------------
+# -- the registry seeing one distribution twice --------------------------------------------
 
 
-def test_12_one_distribution_seen_twice_registers_each_scenario_once(monkeypatch):
+def test_one_distribution_seen_twice_registers_each_scenario_once(monkeypatch):
     # An editable install and its source folder both on sys.path: without
     # importlib's own de-duplication (other importers, older Pythons, folder
     # names it does not recognise as one distribution) every entry point
@@ -391,7 +394,7 @@ def test_12_one_distribution_seen_twice_registers_each_scenario_once(monkeypatch
     assert [sc.name for sc in cli.scenarios_named(["all"])] == sorted(p.name for p in real)
 
 
-def test_12_two_folders_holding_one_distribution_on_sys_path(tmp_path, monkeypatch):
+def test_two_folders_holding_one_distribution_on_sys_path(tmp_path, monkeypatch):
     # The same distribution's metadata in two folders on sys.path, the way
     # importlib cannot tell they are one (a dist-info and an egg-info whose
     # folder names differ): the registry must not refuse it as two packages.

@@ -1,7 +1,11 @@
-"""Issue 24: guards that no test saw break, checked in real worlds. Each test
-is numbered after the blind spot of the issue it closes (those that need no
-world are in tests/unit/test_guards.py); each was seen to fail with its
-guard removed (tools/plant_bugs.py plants each removal)."""
+"""Guarantees a world keeps at their edges, checked in real worlds: a
+hard-coded rendezvous without a network namespace, strict faults where the
+plan also ended a rank, preloading, where the deadline and the bring-up
+budget count from, the parameter server's lease queue under a kill, a
+spawned program's names against its ranks, when a failpoint strikes. Those
+that need no world are in tests/unit/test_edges.py. Each was seen to fail
+with its guard removed (tools/plant_bugs.py plants each removal; issue 24
+found them unguarded)."""
 
 from __future__ import annotations
 
@@ -32,10 +36,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 IMPORTED_IN = os.getpid()
 
 
-# -- 1: a spawned program's hard-coded rendezvous without a network namespace ------------
+# -- a spawned program's hard-coded rendezvous without a network namespace -----------------
 
 
-def test_1_a_programs_hard_coded_port_is_harmless_without_a_network_namespace(rpc_world):
+def test_a_programs_hard_coded_port_is_harmless_without_a_network_namespace(rpc_world):
     # The program sets MASTER_ADDR/MASTER_PORT by hand and init_rpc's env://
     # would rendezvous there. Another world's store already holds that port
     # (two worlds hard-coding one port, on a host without namespaces): the
@@ -48,11 +52,11 @@ def test_1_a_programs_hard_coded_port_is_harmless_without_a_network_namespace(rp
     assert other.num_keys() == keys, "the world wrote to the other world's rendezvous"
 
 
-# -- 2: strict faults in a world where the plan also killed or froze a rank --------------
+# -- strict faults in a world where the plan also killed or froze a rank -------------------
 
 
 @pytest.mark.parametrize("ender", ["kill", "freeze"])
-def test_2_a_fault_that_never_fired_fails_the_world_also_when_the_plan_ended_a_rank(ender):
+def test_a_fault_that_never_fired_fails_the_world_also_when_the_plan_ended_a_rank(ender):
     never = "raise:worker0@test.never#1"
     result = rpc_harness.run_world(worlds.step_three_times, world_size=2, faults=f"{ender}:worker1@test.step#2,{never}",
                                deadline=60, check=False)
@@ -66,10 +70,10 @@ def test_2_a_fault_that_never_fired_fails_the_world_also_when_the_plan_ended_a_r
     assert optional.ok and optional.problems == []
 
 
-# -- 4: preloading -------------------------------------------------------------------------
+# -- preloading ----------------------------------------------------------------------------
 
 
-def test_4_the_forkserver_imported_this_test_module_and_rpc_preload_before_forking_the_ranks(rpc_world):
+def test_the_forkserver_imported_this_test_module_and_rpc_preload_before_forking_the_ranks(rpc_world):
     # Imported in the forkserver, a module's IMPORTED_IN is the forkserver's
     # pid, every rank's parent; a rank that imported it itself has its own.
     result = rpc_world.run(worlds.where_imported, world_size=2, args=([__name__, "worlds"],))
@@ -93,7 +97,7 @@ if __name__ == "__main__":
 
 # One of the suite's slowest (pytest --durations): outside pytest means fresh interpreters: two
 # scripts, each starting a forkserver of its own.
-def test_4_outside_pytest_preload_and_the_environment_variable_reach_the_forkserver(tmp_path, short_tmp):
+def test_outside_pytest_preload_and_the_environment_variable_reach_the_forkserver(tmp_path, short_tmp):
     (tmp_path / "by_call.py").write_text(PRELOADED)
     (tmp_path / "by_env.py").write_text(PRELOADED)
     (tmp_path / "where.py").write_text(textwrap.dedent("""
@@ -114,10 +118,10 @@ def test_4_outside_pytest_preload_and_the_environment_variable_reach_the_forkser
             assert imported_in == forkserver != rank, f"{module} was not preloaded: {value}"
 
 
-# -- 5: where the deadline counts from ---------------------------------------------------
+# -- where the deadline counts from --------------------------------------------------------
 
 
-def test_5_the_deadline_counts_from_when_every_rank_has_joined():
+def test_the_deadline_counts_from_when_every_rank_has_joined():
     # Every rank's setup takes SLOW_START (5 s) before it joins, and the
     # entries return at once: a deadline of 4 s counted from the fork would
     # run out during the bring-up.
@@ -126,7 +130,7 @@ def test_5_the_deadline_counts_from_when_every_rank_has_joined():
     assert result.duration >= worlds.SLOW_START
 
 
-def test_5_a_bring_up_longer_than_its_budget_fails_as_a_bring_up_naming_the_ranks_not_joined():
+def test_a_bring_up_longer_than_its_budget_fails_as_a_bring_up_naming_the_ranks_not_joined():
     with pytest.raises(WorldTimeout) as caught:
         rpc_harness.run_world(worlds.returns_at_once, world_size=2, setup=worlds.slow_start, bringup=1, deadline=600)
     result = caught.value.result
@@ -138,7 +142,7 @@ def test_5_a_bring_up_longer_than_its_budget_fails_as_a_bring_up_naming_the_rank
     assert "slow_start" in result[0].stacks, "its stacks show where it was"
 
 
-# -- 9: the parameter server's lease queue -------------------------------------------------
+# -- the parameter server's lease queue ----------------------------------------------------
 
 LEASE = Config(batches=1, test_size=16)
 TRAINERS = ("trainer1", "trainer2", "trainer3")
@@ -201,7 +205,7 @@ def lease_queue(ctx):
     return ctx.name
 
 
-def test_9_a_trainer_killed_while_its_lease_request_is_queued_is_skipped_and_the_next_in_line_trains():
+def test_a_trainer_killed_while_its_lease_request_is_queued_is_skipped_and_the_next_in_line_trains():
     result = rpc_harness.run_world(lease_queue, names=[PS_NAME, *TRAINERS], faults="kill:trainer2@lease.queued",
                                deadline=60)
     assert [r.status for r in result] == ["ok", "ok", "killed", "ok"]
@@ -210,10 +214,10 @@ def test_9_a_trainer_killed_while_its_lease_request_is_queued_is_skipped_and_the
     assert reaped == ["trainer2"]
 
 
-# -- 10: a spawned program's worker names against its ranks ---------------------------------
+# -- a spawned program's worker names against its ranks ------------------------------------
 
 
-def test_10_a_programs_names_belong_to_the_ranks_that_took_them_whatever_their_sort_order(rpc_world):
+def test_a_programs_names_belong_to_the_ranks_that_took_them_whatever_their_sort_order(rpc_world):
     # ps, trainer2, trainer10 by rank; ps, trainer10, trainer2 by name.
     result = rpc_world.spawn(named_out_of_order.run_worker, args=(3,), nprocs=3)
     assert result.names == ("ps", "trainer2", "trainer10")
@@ -240,11 +244,11 @@ def test_10_a_programs_names_belong_to_the_ranks_that_took_them_whatever_their_s
     assert decode(token).names == ("ps", "trainer2", "trainer10")
 
 
-# -- 11: when a call: failpoint strikes ----------------------------------------------------
+# -- when a call: failpoint strikes --------------------------------------------------------
 
 
 @pytest.mark.parametrize("target", ["record_line", "line_recorder"], ids=["function", "callable-object"])
-def test_11_a_call_failpoint_strikes_before_the_call_has_any_effect(tmp_path, target):
+def test_a_call_failpoint_strikes_before_the_call_has_any_effect(tmp_path, target):
     lines = tmp_path / "lines"
     raised = rpc_harness.run_world(worlds.records_lines, world_size=2, args=(str(lines), 3, target),
                                faults=f"raise:worker0@call:worlds:{target}#2", deadline=60)
@@ -258,7 +262,7 @@ def test_11_a_call_failpoint_strikes_before_the_call_has_any_effect(tmp_path, ta
 
 
 @pytest.mark.parametrize("point", ["rpc.call", "rpc.serve"])
-def test_11_an_rpc_failpoint_strikes_before_the_function_runs(tmp_path, point):
+def test_an_rpc_failpoint_strikes_before_the_function_runs(tmp_path, point):
     lines = tmp_path / "lines"
     target = "worker0" if point == "rpc.call" else "worker1"  # the rank that issues it, or the one that serves it
     result = rpc_harness.run_world(worlds.serves_lines, world_size=2, args=(str(lines), 3),

@@ -1,7 +1,9 @@
-"""Issue 28: what outside trials found the reports did not say. One test per
-defect, each with a program of the shape that exposed it (tests/programs/,
-none of which imports the harness). Every test here fails before its fix,
-for the reason its name gives."""
+"""What a failed world's report says: a planned kill that no survivor ran
+past, a stale file:// store, an error lost in a future nobody waited for,
+a kill's report with each stack once. Each test runs a program of the shape
+that once hid it (tests/programs/, none of which imports the harness; found
+by outside trials, issue 28), and failed before its fix, for the reason its
+name gives."""
 
 from __future__ import annotations
 
@@ -13,12 +15,12 @@ from programs import dropped_future, echo, own_file_store, tutorial_ps, tutorial
 from rpc_harness import WorldFailed, WorldTimeout
 from rpc_harness.result import UNFINISHED
 
-# -- 1: a planned kill of the rank the program needs most ------------------------------
+# -- a planned kill of the rank the program needs most -------------------------------------
 
 KILL_AGENT = "kill:agent@rpc.call:Observer.run_episode#1"
 
 
-def test_1_a_planned_kill_that_no_survivor_ran_past_fails_the_world_naming_it(rpc_world):
+def test_a_planned_kill_that_no_survivor_ran_past_fails_the_world_naming_it(rpc_world):
     # The agent drives the RL tutorial; its observers only serve (init_rpc,
     # then straight into rpc.shutdown()). Killed at its first call, it takes
     # the whole program with it, and the observers end "ok".
@@ -33,13 +35,13 @@ def test_1_a_planned_kill_that_no_survivor_ran_past_fails_the_world_naming_it(rp
     assert str(caught.value).startswith("rpc world failed: a planned kill ended its program")
 
 
-def test_1_a_test_that_expects_the_kill_to_end_the_program_says_so(rpc_world):
+def test_a_test_that_expects_the_kill_to_end_the_program_says_so(rpc_world):
     result = rpc_world.spawn(tutorial_rl.run_worker, args=(3, 2, 10), nprocs=3, faults=KILL_AGENT, deadline=30,
                              expect="unfinished")
     assert result.ok and [r.status for r in result] == ["killed", "ok", "ok"]
 
 
-def test_1_a_kill_that_a_survivor_ran_past_is_still_expected(rpc_world):
+def test_a_kill_that_a_survivor_ran_past_is_still_expected(rpc_world):
     # worker2 calls worker0 from its own code, and returns: the program went
     # on without worker1, whichever of the two finished first.
     result = rpc_world.spawn(echo.run_worker, args=(3,), nprocs=3, faults="kill:worker1@rpc.call:echo#2",
@@ -47,10 +49,10 @@ def test_1_a_kill_that_a_survivor_ran_past_is_still_expected(rpc_world):
     assert result.ok and [r.status for r in result] == ["ok", "killed", "ok"]
 
 
-# -- 2: a stale file:// store ------------------------------------------------------------
+# -- a stale file:// store -----------------------------------------------------------------
 
 
-def test_2_a_store_an_earlier_run_left_behind_is_named_in_the_error(rpc_world, tmp_path, monkeypatch):
+def test_a_store_an_earlier_run_left_behind_is_named_in_the_error(rpc_world, tmp_path, monkeypatch):
     store = tmp_path / "store"
     with monkeypatch.context() as patched:  # a run that never removed its store (killed, or before this fix)
         patched.setattr("rpc_harness._stores.remove_made", lambda workdir: None)
@@ -67,7 +69,7 @@ def test_2_a_store_an_earlier_run_left_behind_is_named_in_the_error(rpc_world, t
     assert store.read_bytes() == left, "the harness does not remove what it did not make"
 
 
-def test_2_a_programs_own_store_goes_with_its_world_so_the_next_run_comes_up(rpc_world, tmp_path):
+def test_a_programs_own_store_goes_with_its_world_so_the_next_run_comes_up(rpc_world, tmp_path):
     store = tmp_path / "store"
     for _ in range(2):  # the second is what a replay does
         result = rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30)
@@ -75,10 +77,10 @@ def test_2_a_programs_own_store_goes_with_its_world_so_the_next_run_comes_up(rpc
         assert not store.exists()
 
 
-# -- 3: an error lost in a future nobody waited for -------------------------------------
+# -- an error lost in a future nobody waited for -------------------------------------------
 
 
-def test_3_a_hang_after_an_injected_error_names_that_error_in_its_headline(rpc_world):
+def test_a_hang_after_an_injected_error_names_that_error_in_its_headline(rpc_world):
     fault = "raise:worker1@rpc.serve:store#1=disk full"
     with pytest.raises(WorldTimeout) as caught:
         rpc_world.spawn(dropped_future.run_worker, args=(2,), nprocs=2, faults=fault, deadline=3)
@@ -88,7 +90,7 @@ def test_3_a_hang_after_an_injected_error_names_that_error_in_its_headline(rpc_w
     assert "disk full" in headline, headline
 
 
-# -- 4: a 4-rank kill's report, each stack once and none of the harness's own -----------
+# -- a 4-rank kill's report, each stack once and none of the harness's own -----------------
 
 KILL_TRAINER = "kill:trainer2@rpc.call:BatchUpdateParameterServer.update_and_fetch_model#3"
 HARNESS_FRAME = re.compile(r"rpc_harness/(_gate|_lifecycle|_rank|_rpc_hooks)\.py")
@@ -117,7 +119,7 @@ def killed_trainer_world():
                              check=False)
 
 
-def test_4_each_stack_is_shown_once_in_a_kills_report(killed_trainer_world):
+def test_each_stack_is_shown_once_in_a_kills_report(killed_trainer_world):
     result = killed_trainer_world
     assert result.timed_out and result["trainer2"].status == "killed", "precondition"
     report = result.report()
@@ -127,7 +129,7 @@ def test_4_each_stack_is_shown_once_in_a_kills_report(killed_trainer_world):
     assert "--- rank 3 (trainer3) stacks at the deadline: the same as rank 1 (trainer1)'s above" in report, report
 
 
-def test_4_the_harnesss_own_frames_are_left_out_unless_asked_for(killed_trainer_world, monkeypatch):
+def test_the_harnesss_own_frames_are_left_out_unless_asked_for(killed_trainer_world, monkeypatch):
     monkeypatch.delenv("RPC_HARNESS_FRAMES", raising=False)
     report = killed_trainer_world.report()
     assert not HARNESS_FRAME.search(report), report
@@ -138,7 +140,7 @@ def test_4_the_harnesss_own_frames_are_left_out_unless_asked_for(killed_trainer_
     assert HARNESS_FRAME.search(killed_trainer_world.report())
 
 
-def test_4_a_failed_tests_sections_do_not_repeat_the_stacks_its_message_shows(pytester):
+def test_a_failed_tests_sections_do_not_repeat_the_stacks_its_message_shows(pytester):
     pytester.makepyfile(
         """
 import pytest
