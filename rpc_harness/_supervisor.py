@@ -73,6 +73,9 @@ class Supervisor:
         self.exit_sent = False
         self.stacks_read: dict[int, int] = {}  # bytes of a rank's stack file read for an earlier report
         self.signalled: set[int] = set()  # ranks the harness itself sent SIGKILL
+        # A world with a default process group (the world's, or a spawned
+        # program's own): one rank's death ends it (see _on_death).
+        self.collective = spec.options.process_group is not None
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
@@ -159,10 +162,11 @@ class Supervisor:
     def _on_message(self, rank: int, message: msg.ToSupervisor) -> None:
         outcome = self.outcomes[rank]
         match message:
-            case msg.Joined(names):
+            case msg.Joined(names, group):
                 outcome.phase = "entry"
                 self.ready.add(rank)
-                if self.spec.spawned:
+                self.collective = self.collective or group
+                if self.spec.spawned and names:
                     self._named(rank, names)
                 if len(self.ready) == len(self.outcomes):
                     self.joined_at = time.monotonic()

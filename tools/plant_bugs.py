@@ -56,6 +56,7 @@ CH = "tests/unit/test_c10d_history.py::"
 URV = "tests/unit/test_rendezvous.py::"
 WRV = "tests/world/test_rendezvous.py::"
 EX = "tests/unit/test_explore.py::"
+CW = "tests/world/test_collectives.py::"
 
 
 @dataclass(frozen=True)
@@ -975,7 +976,7 @@ BUGS = (
         "raise_open_files()  # every rank inherits it", "pass  # every rank inherits it",
         ("tests/world/test_launcher.py::test_a_256_rank_world_comes_up_and_every_rank_answers_its_neighbour",)),
     Bug("after a death an entry that returned runs torch's non-graceful teardown", "rpc_harness/_lifecycle.py",
-        "        if graceful or not after_entry:", "        if True:",
+        "        if self.joined and (graceful or not after_entry):", "        if self.joined:",
         ("tests/unit/test_lifecycle_leave.py::"
          "test_after_a_death_an_entry_that_returned_skips_torchs_non_graceful_teardown",)),
     Bug("the soft limit on open files is raised to one short of the hard one", "rpc_harness/_limits.py",
@@ -1216,6 +1217,20 @@ BUGS = (
         '    return "not completed" if not entered.done else "failed" if entered.error else "completed"',
         '    return "not completed" if not entered.done else "completed"',
         (CH + "test_an_op_that_failed_on_a_rank_is_not_said_to_have_completed_there",)),
+    # Collective worlds (issue 39).
+    Bug("a spawned program's own init_process_group does not join it to its world", "rpc_harness/_lifecycle.py",
+        "        if not self.announced:\n            self._announce(())", "        if False:\n            pass",
+        (CW + "test_the_ddp_tutorial_runs_unchanged_and_counts_as_joined",)),
+    Bug("the world's default group is made on a second store", "rpc_harness/c10d/group.py",
+        "dist.FileStore(store_path, -1))", "dist.FileStore(store_path + '.c10d', -1))",
+        (CW + "test_the_group_is_made_on_the_worlds_own_store_before_the_rpc_agent",)),
+    Bug("a program's env:// init_process_group meets on its own MASTER_PORT", "rpc_harness/_lifecycle.py",
+        "        if c10d_group.uses_environment(call):", "        if False:",
+        (CW + "test_two_ddp_tutorials_at_once_do_not_meet_on_their_hard_coded_port",)),
+    Bug("nccl worlds are not refused where the GPUs are fewer than the ranks", "rpc_harness/_devices.py",
+        "    if len(gpus) < world_size:", "    if False:",
+        ("tests/unit/test_collective_options.py::test_nccl_is_refused_where_the_gpus_are_fewer_than_the_ranks",)),
+
 )
 
 

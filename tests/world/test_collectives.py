@@ -1,0 +1,109 @@
+"""Collective worlds (issue 39): a default process group made on the world's
+own store before the RPC agent (world options process_group and rpc), and
+programs written the DDP tutorial's way, which call init_process_group
+themselves, run unchanged under rpc_world.spawn."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+import torch.distributed.rpc as rpc
+from programs import ddp_tutorial
+
+import rpc_harness
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def sum_of_ranks(ctx):
+    tensor = torch.tensor([float(ctx.rank)])
+    dist.all_reduce(tensor, group=ctx.group)
+    store, chain = c10d._get_default_store(), []
+    while isinstance(store, dist.PrefixStore):
+        chain.append(store)
+        store = store.underlying_store
+    return {
+        "sum": tensor.item(),
+        "group": ctx.group is dist.group.WORLD and ctx.group.size() == ctx.world_size,
+        "backend": dist.get_backend(ctx.group),
+        "rpc": rpc.api._is_current_rpc_agent_set(),
+        "store": type(store).__name__,
+        "world_store": _reads_the_worlds_file(ctx, store),
+        "master_port": os.environ.get("MASTER_PORT"),
+    }
+
+
+def _reads_the_worlds_file(ctx, store):
+    """Whether ``store`` (the group's, unwrapped) is the world's FileStore:
+    a key written to the world's file shows in it."""
+    dist.FileStore(os.path.join(ctx.workdir, "store"), -1).set(f"probe{ctx.rank}", b"1")
+    return store.check([f"probe{ctx.rank}"])
+
+
+def no_group(ctx):
+    return ctx.group, dist.is_initialized()
+
+
+def test_a_world_of_collectives_only_has_its_group_and_no_rpc_agent(rpc_world):
+    result = rpc_world.run(sum_of_ranks, world_size=4, process_group="gloo", rpc=False)
+    for value in result.values:
+        assert value["sum"] == 0 + 1 + 2 + 3 and value["group"] and value["backend"] == "gloo"
+        assert value["rpc"] is False, "rpc=False: no init_rpc"
+
+
+def test_the_group_is_made_on_the_worlds_own_store_before_the_rpc_agent(rpc_world):
+    result = rpc_world.run(sum_of_ranks, world_size=3, process_group="gloo")
+    for value in result.values:
+        assert value["sum"] == 3 and value["rpc"] is True
+        assert value["store"] == "FileStore" and value["world_store"], "the group's store is init_rpc's"
+        assert value["master_port"] is None, "no port, no second rendezvous"
+    for outcome in result:
+        kinds = [event["kind"] for event in outcome.events]
+        assert kinds.index("group_start") < kinds.index("group_done") < kinds.index("init_rpc") < kinds.index(
+            "entry_start"), "store, then the group, then the RPC agent, then the entry"
+
+
+def test_without_a_process_group_there_is_none(rpc_world):
+    assert rpc_world.run(no_group, world_size=2).values == [(None, False)] * 2
+
+
+def test_the_ddp_tutorial_runs_unchanged_and_counts_as_joined(rpc_world):
+    # It never calls init_rpc: it joins its world in its own init_process_group.
+    result = rpc_world.spawn(ddp_tutorial.demo_basic, args=(2,), nprocs=2)
+    assert [outcome.status for outcome in result] == ["ok", "ok"]
+    first, second = result.values
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True)), "DDP kept the replicas equal"
+    assert all(any(e["kind"] == "group_done" for e in outcome.events) for outcome in result)
+
+
+def test_two_ddp_tutorials_at_once_do_not_meet_on_their_hard_coded_port(rpc_world):
+    # Both set MASTER_PORT=12355: the world's store serves their env:// instead.
+    results, errors = [], []
+
+    def one():
+        try:
+            results.append(rpc_harness.spawn(ddp_tutorial.demo_basic, args=(2, 20), nprocs=2, isolate=False))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(results) == 2
+
+
+def test_a_program_with_its_own_store_keeps_it(rpc_world, tmp_path):
+    result = rpc_world.spawn(ddp_tutorial.own_store, args=(3, str(tmp_path / "store")), nprocs=3)
+    assert result.values == [6.0, 6.0, 6.0]
+
+
+def test_a_program_may_not_make_a_second_default_group_in_a_world_that_has_one(rpc_world):
+    result = rpc_world.spawn(ddp_tutorial.demo_basic, args=(2,), nprocs=2, process_group="gloo", check=False)
+    assert all("the world brought up the default process group already" in (o.error or "") for o in result)
