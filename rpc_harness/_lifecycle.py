@@ -76,16 +76,19 @@ class Lifecycle:
     def __init__(self, *, ctx: RankContext, events: EventLog, send: Callable[[msg.ToSupervisor], None],
                  conn: Connection, init_method: str, rpc_timeout: float, spawned: bool,
                  program_timeout: float | None = None, process_group: str | None = None,
-                 rpc: bool = True) -> None:
+                 rpc: bool = True, given_names: tuple[str, ...] = ()) -> None:
         """``rpc_timeout`` is the world's; ``program_timeout`` the one the
         world was given explicitly (None: a spawned program keeps its own).
         ``process_group`` (a backend) and ``rpc``: what the harness brings
-        up before the entry (a spawned program brings up its own)."""
+        up before the entry (a spawned program brings up its own).
+        ``given_names``: the names a spawned world was started with (its
+        ranks take them as they make their group; init_rpc must agree)."""
         global _current
         self.ctx, self.events, self.send, self.conn = ctx, events, send, conn
         self.init_method, self.rpc_timeout, self.spawned = init_method, rpc_timeout, spawned
         self.program_timeout = program_timeout
         self.process_group, self.rpc = process_group, rpc
+        self.given_names = given_names if given_names and all(given_names) else ()
         self.phase = "starting"  # starting, entry, shutdown, exiting
         self.joined = False  # through init_rpc
         self.grouped = False  # through init_process_group (the world's, or a spawned program's own)
@@ -152,7 +155,11 @@ class Lifecycle:
         ctx.group = c10d_group.default_group()
         self.events.write("group_done", backend=c10d_group.backend())
         if not self.announced:
-            self._announce(())
+            # Its faults are aimed at the names spawn(names=...) gave; its
+            # init_rpc, if it calls one later, must give the same.
+            if self.given_names and ctx.name is None:
+                ctx.join(self.given_names)
+            self._announce(self.given_names)
         return returned
 
     def program_init(self, name: str, backend: Any, rank: int, world_size: int | None, options: Any) -> None:
@@ -164,6 +171,9 @@ class Lifecycle:
                 "rpc.init_rpc itself; for a program that calls init_rpc and shutdown itself use "
                 "rpc_world.spawn() / rpc_harness.spawn()"
             )
+        if not self.rpc:
+            raise RuntimeError("init_rpc in a world spawned with rpc=False (a world without an RPC agent); spawn it "
+                               "with rpc=True, the default")
         if self.joined:
             raise RuntimeError("a spawned rank may call rpc.init_rpc once: the harness supports one RPC world per process")
         if rank not in (-1, None, ctx.rank):
@@ -175,7 +185,8 @@ class Lifecycle:
         # fail the bring-up with no word of why: refused here, by name.
         _stores.check(getattr(options, "init_method", DEFAULT_INIT_METHOD), ctx.workdir)
         backend, options = self._merged_backend(name, backend, options)
-        ctx.take_name(name)  # peers may call this rank before its init_rpc returns
+        if ctx.name is None:  # (a rank named as it made its group was armed then)
+            ctx.take_name(name)  # peers may call this rank before its init_rpc returns
         assert _original_init is not None
         _original_init(name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
         infos = sorted(rpc.api._get_current_rpc_agent().get_worker_infos(), key=lambda info: info.id)

@@ -124,6 +124,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         ctx=ctx, events=events, send=send, conn=conn, init_method="file://" + os.path.join(boot.workdir, "store"),
         rpc_timeout=options.rpc_timeout or DEFAULT_RPC_TIMEOUT, spawned=boot.spawned,
         program_timeout=options.rpc_timeout, process_group=options.process_group, rpc=options.rpc,
+        given_names=boot.names if boot.spawned else (),
     )
     _rpc_hooks.start(ctx, events)
     c10d_hooks.open_history(rank_file(boot.workdir, boot.rank, HISTORY), boot.rank)

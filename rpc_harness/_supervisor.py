@@ -76,6 +76,8 @@ class Supervisor:
         # A world with a default process group (the world's, or a spawned
         # program's own): one rank's death ends it (see _on_death).
         self.collective = spec.options.process_group is not None
+        self.ended_by = ""  # why a collective world was ended before its entries were done (see _end_collective)
+        self.stopped_by_death: set[int] = set()  # ranks it stopped so
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
@@ -189,6 +191,10 @@ class Supervisor:
                 outcome.phase = "frozen"
                 if self.link is not None:
                     self.link.rank_gone(rank, frozen=True)
+                if self.collective:
+                    self._end_collective(outcome, "was frozen by the fault plan")
+            case msg.Failed(phase, error, text, pickled, skipped) if self._a_consequence_of_a_death(rank, skipped):
+                self._stop_for_death(rank, f"{self.ended_by} (it had raised: {error})")
             case msg.Failed(phase, error, text, pickled, skipped):
                 outcome.status = R.SKIPPED if skipped else R.RAISED
                 outcome.phase = {"starting": "start-up", "result": "entry"}.get(phase, phase)
@@ -234,14 +240,66 @@ class Supervisor:
         if outcome.status not in (R.RAISED, R.SKIPPED):
             if code == 0 and rank in self.shut:
                 outcome.status = R.OK
+            elif rank in self.stopped_by_death:
+                outcome.status = R.STOPPED
             elif outcome.signal == "SIGKILL" and self._plan_killed(rank):
                 outcome.status = R.KILLED
                 if self.shutdown_sent:  # graceful shutdown would now wait for it forever
                     self._stop_survivors()
             else:
                 outcome.status = R.DIED
+            if self.collective and outcome.status in (R.KILLED, R.DIED):
+                self._end_collective(outcome, "was killed by the fault plan" if outcome.status == R.KILLED
+                                     else "died")
         if self.link is not None:
             self.link.rank_gone(rank, unexpected=outcome.failed or outcome.status == R.SKIPPED)
+
+    # -- collective worlds ------------------------------------------------------------
+    # A collective needs every rank of its group: once one is dead (or
+    # frozen), every survivor's next collective with it fails (gloo: at once,
+    # "Connection closed by peer"; measured on torch 2.13) or waits out the
+    # group's timeout (gloo's 30 minutes, for a frozen peer whose sockets stay
+    # open). So a collective world ends at the first death: the ranks still
+    # in their entry are stopped (SIGKILL), each with the reason; ranks whose
+    # entry had returned shut down as after any death. After a planned kill
+    # the stopped ranks are not failures (the plan stopped them: the world is
+    # ok, dead ranks still only the killed ones); after any other death the
+    # world fails for it, and the survivors' stacks are kept.
+
+    def _end_collective(self, dead: RankOutcome, how: str) -> None:
+        """``dead`` is gone from a collective world: stop every rank still in its entry."""
+        if self.shutdown_sent is not None or self.ended_by:
+            return  # every entry had returned, or the world is ending already
+        self.ended_by = f"{dead.label} {how}, and a collective world cannot go on without one of its ranks"
+        if dead.rank in self.frozen:  # nobody will wait for it any more: its kill is the plan's (see _maybe_release)
+            _signal(self.procs[dead.rank].pid, signal.SIGKILL)
+        for rank in sorted(self.running):
+            outcome = self.outcomes[rank]
+            if rank != dead.rank and rank not in self.frozen and outcome.phase != "done" and not outcome.failed:
+                self._stop_for_death(rank, self.ended_by)
+
+    def _stop_for_death(self, rank: int, reason: str) -> None:
+        self.outcomes[rank].stopped_because = reason
+        self.stopped_by_death.add(rank)
+        if any(o.status == R.DIED for o in self.outcomes):
+            return  # the world has failed: _stop_survivors stops every rank, with its stacks
+        self.signalled.add(rank)
+        _signal(self.procs[rank].pid, signal.SIGKILL)
+
+    def _a_consequence_of_a_death(self, rank: int, skipped: bool) -> bool:
+        """Whether ``rank``'s failure came after a peer's death in a collective
+        world: its collective with the dead peer failed. A planned kill is
+        known before its SIGKILL (the rank writes its fault event first), so
+        before any peer can fail of it."""
+        if not self.collective or skipped:
+            return False
+        if not self.ended_by:
+            for other in self.outcomes:
+                if other.rank != rank and other.rank in self.running and self._plan_killed(other.rank):
+                    self.ended_by = (f"{other.label} was killed by the fault plan, and a collective world cannot "
+                                     "go on without one of its ranks")
+                    break
+        return bool(self.ended_by)
 
     def _plan_killed(self, rank: int) -> bool:
         return any(fired.kind in ENDING_KINDS for fired in faults_fired(self.events_of(rank)))
@@ -518,6 +576,7 @@ class Supervisor:
             fuzz=self.spec.options.fuzz or 0.0,
             devices=self.spec.device_note,
             collectives=collectives,
+            ended_by=self.ended_by,
         )
 
 

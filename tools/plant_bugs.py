@@ -1219,7 +1219,7 @@ BUGS = (
         (CH + "test_an_op_that_failed_on_a_rank_is_not_said_to_have_completed_there",)),
     # Collective worlds (issue 39).
     Bug("a spawned program's own init_process_group does not join it to its world", "rpc_harness/_lifecycle.py",
-        "        if not self.announced:\n            self._announce(())", "        if False:\n            pass",
+        "            self._announce(self.given_names)", "            pass",
         (CW + "test_the_ddp_tutorial_runs_unchanged_and_counts_as_joined",)),
     Bug("the world's default group is made on a second store", "rpc_harness/c10d/group.py",
         "dist.FileStore(store_path, -1))", "dist.FileStore(store_path + '.c10d', -1))",
@@ -1230,7 +1230,16 @@ BUGS = (
     Bug("nccl worlds are not refused where the GPUs are fewer than the ranks", "rpc_harness/_devices.py",
         "    if len(gpus) < world_size:", "    if False:",
         ("tests/unit/test_collective_options.py::test_nccl_is_refused_where_the_gpus_are_fewer_than_the_ranks",)),
-
+    Bug("a collective world goes on after one of its ranks died", "rpc_harness/_supervisor.py",
+        "            if self.collective and outcome.status in (R.KILLED, R.DIED):", "            if False:",
+        (CW + "test_an_unplanned_death_fails_a_collective_world_and_names_the_dead_rank",
+         CW + "test_a_planned_kill_in_a_ddp_program_ends_it_and_says_it_never_got_past_the_kill")),
+    Bug("survivors whose collective failed with a killed peer count as failures", "rpc_harness/_supervisor.py",
+        "        if not self.collective or skipped:\n            return False", "        if True:\n            return False",
+        ("tests/unit/test_collective_supervisor.py::test_a_survivor_failing_after_a_planned_kill_is_stopped_by_it",)),
+    Bug("a collective world waits for its frozen rank until the deadline", "rpc_harness/_supervisor.py",
+        "                if self.collective:\n                    self._end_collective(", "                if False:\n                    self._end_collective(",
+        (CW + "test_a_frozen_rank_ends_a_collective_world_without_waiting_for_its_deadline",)),
 )
 
 

@@ -107,3 +107,64 @@ def test_a_program_with_its_own_store_keeps_it(rpc_world, tmp_path):
 def test_a_program_may_not_make_a_second_default_group_in_a_world_that_has_one(rpc_world):
     result = rpc_world.spawn(ddp_tutorial.demo_basic, args=(2,), nprocs=2, process_group="gloo", check=False)
     assert all("the world brought up the default process group already" in (o.error or "") for o in result)
+
+
+# -- deaths in a collective world --------------------------------------------------------------------
+
+
+def all_reduce_steps(ctx, steps=5, die_at=None):
+    for step in range(1, steps + 1):
+        ctx.failpoint("step")
+        if step == die_at and ctx.rank == 1:
+            os._exit(3)  # a crash of its own, no fault planned
+        tensor = torch.ones(4)
+        dist.all_reduce(tensor, group=ctx.group)
+    return steps
+
+
+def _stopped(result, reason):
+    return [o.rank for o in result if o.status == "stopped" and reason in o.stopped_because]
+
+
+def test_a_planned_kill_ends_a_collective_world_at_once_and_stops_the_survivors(rpc_world):
+    # Without this, gloo fails each survivor's next collective ("Connection
+    # closed by peer"): every survivor a failure of the plan's own doing.
+    result = rpc_world.run(all_reduce_steps, world_size=4, process_group="gloo", rpc=False, deadline=30,
+                           faults="kill:worker2@step#3", failpoints=["step"])
+    assert result.ok and not result.timed_out, result.report()
+    assert [o.status for o in result] == ["stopped", "stopped", "killed", "stopped"]
+    reason = "rank 2 (worker2) was killed by the fault plan, and a collective world cannot go on without"
+    assert _stopped(result, reason) == [0, 1, 3] and reason in result.ended_by
+    assert "ended early: rank 2 (worker2) was killed by the fault plan" in result.report()
+    assert result.report().startswith("rpc world ended early by its fault plan")
+
+
+def test_a_frozen_rank_ends_a_collective_world_without_waiting_for_its_deadline(rpc_world):
+    # Its sockets stay open: without this, the others wait in all_reduce
+    # until the deadline (gloo alone would wait 30 minutes).
+    result = rpc_world.run(all_reduce_steps, world_size=3, process_group="gloo", deadline=20,
+                           faults="freeze:worker1@step#2", failpoints=["step"])
+    assert not result.timed_out and result.ok, result.report()
+    assert [o.status for o in result] == ["stopped", "killed", "stopped"]
+    assert _stopped(result, "rank 1 (worker1) was frozen by the fault plan") == [0, 2]
+
+
+def test_an_unplanned_death_fails_a_collective_world_and_names_the_dead_rank(rpc_world):
+    result = rpc_world.run(all_reduce_steps, world_size=3, process_group="gloo", rpc=False, deadline=20,
+                           kwargs={"die_at": 2}, check=False)
+    assert not result.timed_out and not result.ok
+    assert [o.status for o in result] == ["stopped", "died", "stopped"], result.report()
+    assert [o.rank for o in result.failures] == [1], "dead ranks: the one that died, not its survivors"
+    assert _stopped(result, "rank 1 (worker1) died, and a collective world cannot go on") == [0, 2]
+
+
+def test_a_planned_kill_in_a_ddp_program_ends_it_and_says_it_never_got_past_the_kill(rpc_world):
+    names = ["worker0", "worker1", "worker2"]
+    kill = "kill:worker1@call:torch.optim.sgd:SGD.step#2"
+    result = rpc_world.spawn(ddp_tutorial.demo_basic, args=(3, 5), nprocs=3, names=names, faults=kill, check=False)
+    assert [o.status for o in result] == ["stopped", "killed", "stopped"], result.report()
+    assert _stopped(result, "rank 1 (worker1) was killed by the fault plan") == [0, 2]
+    assert result.problems[0].startswith("the program never got past the planned kill of rank 1 (worker1)")
+    accepted = rpc_world.spawn(ddp_tutorial.demo_basic, args=(3, 5), nprocs=3, names=names, faults=kill,
+                               expect="unfinished")
+    assert accepted.ok and [o.rank for o in accepted if o.status == "killed"] == [1]
