@@ -193,8 +193,10 @@ class Supervisor:
                     self.link.rank_gone(rank, frozen=True)
                 if self.collective:
                     self._end_collective(outcome, "was frozen by the fault plan")
-            case msg.Failed(phase, error, text, pickled, skipped) if self._a_consequence_of_a_death(rank, skipped):
-                self._stop_for_death(rank, f"{self.ended_by} (it had raised: {error})")
+            case msg.Failed(phase, error, text, pickled, skipped) if (dead := self._dead_peer(rank, skipped)):
+                self._end_collective(*dead)
+                outcome.stopped_because = f"{self.ended_by} (it had raised: {error})"
+                self.stopped_by_death.add(rank)
             case msg.Failed(phase, error, text, pickled, skipped):
                 outcome.status = R.SKIPPED if skipped else R.RAISED
                 outcome.phase = {"starting": "start-up", "result": "entry"}.get(phase, phase)
@@ -267,39 +269,43 @@ class Supervisor:
     # world fails for it, and the survivors' stacks are kept.
 
     def _end_collective(self, dead: RankOutcome, how: str) -> None:
-        """``dead`` is gone from a collective world: stop every rank still in its entry."""
-        if self.shutdown_sent is not None or self.ended_by:
-            return  # every entry had returned, or the world is ending already
-        self.ended_by = f"{dead.label} {how}, and a collective world cannot go on without one of its ranks"
+        """``dead`` is gone from a collective world (``how``: what happened
+        to it): stop every rank still in its entry. Idempotent."""
+        if self.shutdown_sent is not None:
+            return  # every entry had returned: they shut down as after any death
+        self.ended_by = self.ended_by or f"{dead.label} {how}, and a collective world cannot go on without one of its ranks"
+        planned = "fault plan" in how
         if dead.rank in self.frozen:  # nobody will wait for it any more: its kill is the plan's (see _maybe_release)
             _signal(self.procs[dead.rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
             outcome = self.outcomes[rank]
-            if rank != dead.rank and rank not in self.frozen and outcome.phase != "done" and not outcome.failed:
-                self._stop_for_death(rank, self.ended_by)
+            if (rank != dead.rank and rank not in self.frozen and rank not in self.stopped_by_death
+                    and outcome.phase != "done" and not outcome.failed):
+                outcome.stopped_because = self.ended_by
+                self.stopped_by_death.add(rank)
+                if planned:  # otherwise the world has failed: _stop_survivors stops them, keeping their stacks
+                    self.signalled.add(rank)
+                    _signal(self.procs[rank].pid, signal.SIGKILL)
 
-    def _stop_for_death(self, rank: int, reason: str) -> None:
-        self.outcomes[rank].stopped_because = reason
-        self.stopped_by_death.add(rank)
-        if any(o.status == R.DIED for o in self.outcomes):
-            return  # the world has failed: _stop_survivors stops every rank, with its stacks
-        self.signalled.add(rank)
-        _signal(self.procs[rank].pid, signal.SIGKILL)
-
-    def _a_consequence_of_a_death(self, rank: int, skipped: bool) -> bool:
-        """Whether ``rank``'s failure came after a peer's death in a collective
-        world: its collective with the dead peer failed. A planned kill is
-        known before its SIGKILL (the rank writes its fault event first), so
-        before any peer can fail of it."""
+    def _dead_peer(self, rank: int, skipped: bool) -> tuple[RankOutcome, str] | None:
+        """A peer whose death ``rank``'s failure in a collective world came
+        after (and what happened to it), or None. A planned kill is known
+        before its SIGKILL (the rank writes its fault event first); another
+        death, once its process has ended (its sockets close as it exits,
+        before it is a zombie): both before any peer's collective can fail
+        of it, and before its exit reaches this supervisor."""
         if not self.collective or skipped:
-            return False
-        if not self.ended_by:
-            for other in self.outcomes:
-                if other.rank != rank and other.rank in self.running and self._plan_killed(other.rank):
-                    self.ended_by = (f"{other.label} was killed by the fault plan, and a collective world cannot "
-                                     "go on without one of its ranks")
-                    break
-        return bool(self.ended_by)
+            return None
+        for other in self.outcomes:
+            if other.rank == rank or other.status in (R.RAISED, R.SKIPPED, R.OK):
+                continue
+            if other.status == R.KILLED or (other.rank in self.running and self._plan_killed(other.rank)):
+                return other, "was killed by the fault plan"
+            if other.rank in self.frozen:
+                continue
+            if other.status == R.DIED or (other.rank in self.running and _process_ended(self.procs[other.rank].pid)):
+                return other, "died"
+        return None
 
     def _plan_killed(self, rank: int) -> bool:
         return any(fired.kind in ENDING_KINDS for fired in faults_fired(self.events_of(rank)))
@@ -609,6 +615,19 @@ def _called_from_its_code(outcome: RankOutcome) -> bool:
         if event.get("kind") == "rpc_begin" and event.get("tid") == start.get("tid"):
             return True
     return False
+
+
+def _process_ended(pid: int | None) -> bool:
+    """Whether process ``pid`` has exited (a zombie, or gone), asked of
+    /proc: its forkserver reports the exit only once it has reaped it."""
+    if pid is None or not os.path.isdir("/proc/self"):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
 
 
 def _read_text(path: str) -> str:

@@ -7,6 +7,8 @@ the world tests cannot force)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -43,6 +45,21 @@ def test_a_survivor_failing_after_a_planned_kill_is_stopped_by_it(tmp_path):
     assert outcome.status == R.STOPPED and not outcome.failed
     assert outcome.stopped_because.startswith("rank 2 (worker2) was killed by the fault plan, and a collective")
     assert outcome.stopped_because.endswith(f"(it had raised: {CLOSED})")
+
+
+def test_a_survivor_failing_after_a_peer_died_is_stopped_by_its_death(tmp_path):
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    dead = subprocess.Popen(["true"])  # exits at once; a zombie until waited for, as a rank until its forkserver reaps it
+    try:
+        while not open(f"/proc/{dead.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            time.sleep(0.01)
+        supervisor.procs[2] = SimpleNamespace(pid=dead.pid)
+        supervisor._on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    finally:
+        dead.wait()
+    outcome = supervisor.outcomes[0]
+    assert outcome.status == R.STOPPED and outcome.stopped_because.startswith("rank 2 (worker2) died, and a collective")
+    assert supervisor.outcomes[1].stopped_because == supervisor.ended_by, "the other survivor is stopped by it too"
 
 
 @pytest.mark.parametrize("options", [{"process_group": "gloo"}, {}], ids=["no kill", "not collective"])
