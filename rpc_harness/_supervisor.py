@@ -541,7 +541,8 @@ class Supervisor:
             outcome.events = self.events_of(outcome.rank)
         plan = self.spec.options.faults
         _tally.add_message_failures(plan, self.outcomes)
-        problems = list(self.problems) + _tally.lost_messages(plan, self.outcomes)
+        problems = list(self.problems) + _group_never_formed(self.outcomes, self.spec.options.process_group)
+        problems += _tally.lost_messages(plan, self.outcomes)
         stopped_early = self.timed_out or bool(self.problems) or any(
             o.failed or o.status == R.SKIPPED for o in self.outcomes)
         if not stopped_early:
@@ -584,6 +585,29 @@ class Supervisor:
             collectives=collectives,
             ended_by=self.ended_by,
         )
+
+
+def _group_never_formed(outcomes: list[RankOutcome], backend: str | None) -> list[str]:
+    """The problem of a world whose default process group never formed (the
+    world's own, or a spawned program's): which ranks never reached
+    ``init_process_group``, and which waited in it; or none."""
+    kinds = {o.rank: {event.get("kind") for event in o.events} for o in outcomes}
+    if backend is None and not any("group_start" in seen for seen in kinds.values()):
+        return []  # no group asked for, none made
+    if all("group_done" in seen for seen in kinds.values()):
+        return []
+    never = [o for o in outcomes if "group_start" not in kinds[o.rank]]
+    waiting = [o.label for o in outcomes if "group_start" in kinds[o.rank] and "group_done" not in kinds[o.rank]]
+    parts = []
+    for outcome in never:
+        how = {R.DIED: "died", R.RAISED: "raised", R.KILLED: "was killed", R.HUNG: "hung"}.get(outcome.status)
+        parts.append(f"{outcome.label} {how} before it reached init_process_group" if how
+                     else f"{outcome.label} never reached init_process_group")
+    if waiting:
+        parts.append(f"{', '.join(waiting)} waited in init_process_group for {'it' if len(never) == 1 else 'them'}"
+                     if never else f"{', '.join(waiting)} never got out of init_process_group")
+    name = f" ({backend})" if backend else ""
+    return [f"{R.GROUP_NEVER_FORMED}{name}: " + "; ".join(parts)]
 
 
 def _unfinished(outcomes: list[RankOutcome]) -> list[str]:

@@ -44,6 +44,7 @@ CUT_SHORT = "cut short by the world's end"
 # returned normally ran past it (a client that finished its calls).
 UNFINISHED = "the program never got past the planned kill of"
 INTERRUPTED = "the world was stopped from outside"
+GROUP_NEVER_FORMED = "the default process group never formed"
 # An entry of a reused world broke one of its rules (rpc_harness._clean.RULES).
 DIRTY = "the entry left the reused world dirty"
 
@@ -323,6 +324,8 @@ class WorldResult:
             return "its fault plan lost messages"
         if first.startswith(UNFINISHED):
             return "a planned kill ended its program"
+        if first.startswith(GROUP_NEVER_FORMED):
+            return GROUP_NEVER_FORMED
         if first.startswith(INTERRUPTED):
             return INTERRUPTED
         if first.startswith(DIRTY):
@@ -382,6 +385,7 @@ _PHASES = {
     "starting": "while starting", "start-up": "while starting", "entry": "in its entry",
     "done": "after its entry, waiting to shut down", "shutdown": "while shutting down",
     "exiting": "after its shutdown", "frozen": "while frozen", "result": "returning its result",
+    "group": "while bringing up its process group (init_process_group)",
 }
 
 

@@ -117,8 +117,8 @@ BUGS = (
         (FC + "test_a_msgfail_within_torchs_retries_fails_each_send_that_often_and_the_world_succeeds",
          "tests/world/test_scenario_rnn.py::test_retried_message_failures_change_nothing")),
     Bug("lost messages not reported", "rpc_harness/_supervisor.py",
-        "problems = list(self.problems) + _tally.lost_messages(plan, self.outcomes)",
-        "problems = list(self.problems)",
+        "problems += _tally.lost_messages(plan, self.outcomes)",
+        "problems += []",
         (FC + "test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world",)),
     Bug("torch's retry budget taken as 5 tries", "rpc_harness/faults.py",
         "TORCH_SEND_TRIES = 6", "TORCH_SEND_TRIES = 5",
@@ -1241,6 +1241,11 @@ BUGS = (
     Bug("a collective world waits for its frozen rank until the deadline", "rpc_harness/_supervisor.py",
         "                if self.collective:\n                    self._end_collective(", "                if False:\n                    self._end_collective(",
         (CW + "test_a_frozen_rank_ends_a_collective_world_without_waiting_for_its_deadline",)),
+    Bug("a group that never formed is not reported as such", "rpc_harness/_supervisor.py",
+        "list(self.problems) + _group_never_formed(self.outcomes, self.spec.options.process_group)",
+        "list(self.problems)",
+        (CW + "test_a_group_that_never_forms_names_the_rank_that_never_reached_it",
+         CW + "test_a_rank_that_dies_before_its_group_forms_is_named")),
 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -170,3 +171,48 @@ def test_a_planned_kill_in_a_ddp_program_ends_it_and_says_it_never_got_past_the_
     accepted = rpc_world.spawn(ddp_tutorial.demo_basic, args=(3, 5), nprocs=3, names=names, faults=kill,
                                expect="unfinished")
     assert accepted.ok and [o.rank for o in accepted if o.status == "killed"] == [1]
+
+
+# -- a group that cannot form --------------------------------------------------------------------------
+
+
+def rank2_hangs_before_its_group():
+    if rpc_harness.current_context().rank == 2:
+        time.sleep(3600)
+
+
+def rank1_dies_before_its_group():
+    if rpc_harness.current_context().rank == 1:
+        os._exit(3)
+
+
+def test_a_group_that_never_forms_names_the_rank_that_never_reached_it(rpc_world):
+    result = rpc_world.run(sum_of_ranks, world_size=3, process_group="gloo", rpc=False, bringup=5,
+                           setup=rank2_hangs_before_its_group, check=False)
+    assert result.timed_out and result.budget == "bring-up"
+    assert result.problems[0] == (
+        "the default process group never formed (gloo): rank 2 (worker2) hung before it reached init_process_group; "
+        "rank 0 (worker0), rank 1 (worker1) waited in init_process_group for it")
+    assert "time.sleep(3600)" in result["worker2"].stacks or "rank2_hangs_before_its_group" in result["worker2"].stacks
+
+
+def test_a_rank_that_dies_before_its_group_forms_is_named(rpc_world):
+    result = rpc_world.run(sum_of_ranks, world_size=3, process_group="gloo", rpc=False,
+                           setup=rank1_dies_before_its_group, check=False)
+    assert not result.timed_out and [o.rank for o in result.failures] == [1]
+    assert result.problems[0].startswith(
+        "the default process group never formed (gloo): rank 1 (worker1) died before it reached init_process_group")
+    assert "rpc world failed" in result.report()
+
+
+def hangs_before_its_own_group(rank, world_size):
+    if rank == 1:
+        time.sleep(3600)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+
+def test_a_spawned_programs_group_that_never_forms_is_named_too(rpc_world):
+    result = rpc_world.spawn(hangs_before_its_own_group, args=(2,), nprocs=2, bringup=5, check=False)
+    assert result.timed_out and result.problems[0] == (
+        "the default process group never formed: rank 1 hung before it reached init_process_group; "
+        "rank 0 waited in init_process_group for it")
