@@ -42,6 +42,7 @@ from . import (
 )
 from . import _messages as msg
 from ._boot import Boot, rank_file
+from .c10d import clean as c10d_clean
 from .c10d import group as c10d_group
 from .c10d import hooks as c10d_hooks
 from .c10d.history import HISTORY
@@ -198,6 +199,7 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
     (``_clean``). Ends when the supervisor does (it kills a world it ends)."""
     label = f"rank {boot.rank} ({world.name})"
     before = _clean.threads_now()
+    groups = c10d_clean.groups_now()
     while True:
         try:
             word = conn.recv()
@@ -205,10 +207,12 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
             return 0
         match word:
             case msg.RunEntry():
-                before = _clean.threads_now()
+                before, groups = _clean.threads_now(), c10d_clean.groups_now()
                 _run_entry(word, boot, world, events, send)
             case msg.Check(thorough):
-                send(msg.Checked(_clean.check(label, before, thorough=thorough)))
+                collective = None if world.group is None else (
+                    os.path.join(boot.workdir, "store"), boot.rank, world.world_size, groups)
+                send(msg.Checked(_clean.check(label, before, thorough=thorough, collective=collective)))
             case _:
                 raise RuntimeError(f"the supervisor said {word!r} to a reused world's rank")
 

@@ -541,7 +541,8 @@ class Supervisor:
             outcome.events = self.events_of(outcome.rank)
         plan = self.spec.options.faults
         _tally.add_message_failures(plan, self.outcomes)
-        problems = list(self.problems) + _group_never_formed(self.outcomes, self.spec.options.process_group)
+        problems = list(self.problems) + _group_never_formed(self.outcomes, self.spec.options.process_group,
+                                                                 joined=self.joined_at is not None)
         problems += _tally.lost_messages(plan, self.outcomes)
         stopped_early = self.timed_out or bool(self.problems) or any(
             o.failed or o.status == R.SKIPPED for o in self.outcomes)
@@ -587,17 +588,19 @@ class Supervisor:
         )
 
 
-def _group_never_formed(outcomes: list[RankOutcome], backend: str | None) -> list[str]:
+def _group_never_formed(outcomes: list[RankOutcome], backend: str | None, *, joined: bool) -> list[str]:
     """The problem of a world whose default process group never formed (the
     world's own, or a spawned program's): which ranks never reached
-    ``init_process_group``, and which waited in it; or none."""
+    ``init_process_group``, and which waited in it; or none. ``joined``:
+    every rank joined its world (a reused world's entry sees only its own
+    events, none of its bring-up)."""
     kinds = {o.rank: {event.get("kind") for event in o.events} for o in outcomes}
-    if backend is None and not any("group_start" in seen for seen in kinds.values()):
-        return []  # no group asked for, none made
+    waiting = [o.label for o in outcomes if "group_start" in kinds[o.rank] and "group_done" not in kinds[o.rank]]
+    if not waiting and (joined or backend is None):
+        return []  # nobody stuck in init_process_group; the world came up, or asked for no group
     if all("group_done" in seen for seen in kinds.values()):
         return []
     never = [o for o in outcomes if "group_start" not in kinds[o.rank]]
-    waiting = [o.label for o in outcomes if "group_start" in kinds[o.rank] and "group_done" not in kinds[o.rank]]
     parts = []
     for outcome in never:
         how = {R.DIED: "died", R.RAISED: "raised", R.KILLED: "was killed", R.HUNG: "hung"}.get(outcome.status)

@@ -57,6 +57,7 @@ URV = "tests/unit/test_rendezvous.py::"
 WRV = "tests/world/test_rendezvous.py::"
 EX = "tests/unit/test_explore.py::"
 CW = "tests/world/test_collectives.py::"
+CRU = "tests/world/test_collective_reuse.py::"
 
 
 @dataclass(frozen=True)
@@ -1242,10 +1243,18 @@ BUGS = (
         "                if self.collective:\n                    self._end_collective(", "                if False:\n                    self._end_collective(",
         (CW + "test_a_frozen_rank_ends_a_collective_world_without_waiting_for_its_deadline",)),
     Bug("a group that never formed is not reported as such", "rpc_harness/_supervisor.py",
-        "list(self.problems) + _group_never_formed(self.outcomes, self.spec.options.process_group)",
-        "list(self.problems)",
+        "problems = list(self.problems) + _group_never_formed(", "problems = list(self.problems) + 0 * _group_never_formed(",
         (CW + "test_a_group_that_never_forms_names_the_rank_that_never_reached_it",
          CW + "test_a_rank_that_dies_before_its_group_forms_is_named")),
+    Bug("a reused collective world's ranks are not compared by sequence number", "rpc_harness/c10d/clean.py",
+        "if number != sequence}", "if False}",
+        (CRU + "test_a_dirty_collective_entry_fails_naming_what_it_left_and_the_next_gets_a_fresh_world",)),
+    Bug("a subgroup an entry left alive is not looked for", "rpc_harness/c10d/clean.py",
+        "    if left:", "    if False:",
+        (CRU + "test_a_dirty_collective_entry_fails_naming_what_it_left_and_the_next_gets_a_fresh_world",)),
+    Bug("a pending work handle is not looked for", "rpc_harness/c10d/clean.py",
+        '    found = [("work", text) for text in pending_work()] if thorough else []', "    found = []",
+        (CRU + "test_a_dirty_collective_entry_fails_naming_what_it_left_and_the_next_gets_a_fresh_world",)),
 )
 
 
