@@ -40,6 +40,11 @@ RULES = {
     "dist_autograd": "no dist_autograd context left open, no backward pass running",
     "futures": "no pending futures: every RPC the entry issued has its answer",
     "idle": "every rank idle: no RPC being served, no thread the entry started still running",
+    # A collective world's (rpc_harness.c10d.clean):
+    "work": "no pending work handle: every async_op collective the entry issued has completed",
+    "sequence": "every rank at the same collective sequence number of the default group",
+    "subgroups": "no subgroup the entry made still alive (dist.destroy_process_group(group) ends one)",
+    "group": "the default group usable: a collective over it completes, with the right sum",
 }
 SETTLE = 2.0  # seconds the counts may take to settle before a rank is called dirty
 QUICK_SETTLE = 0.2  # seconds the quick look waits for them
@@ -50,10 +55,13 @@ def threads_now() -> set[int]:
     return {thread.ident for thread in threading.enumerate() if thread.ident is not None}
 
 
-def check(label: str, before: set[int], *, thorough: bool = False) -> tuple[str, ...]:
+def check(label: str, before: set[int], *, thorough: bool = False,
+          collective: tuple[str, int, int, set[int]] | None = None) -> tuple[str, ...]:
     """What this rank (``label``: "rank 1 (worker1)") breaks of ``RULES``,
     one line per finding, each starting with its rule's name; empty when
-    clean. ``before``: the threads alive before the entry ran."""
+    clean. ``before``: the threads alive before the entry ran.
+    ``collective``: in a world with a default group, its store's path, this
+    rank, the world's size and the groups alive before the entry."""
     # RRefs and futures held only by garbage cycles go now (the entry's
     # own are young; a thorough look collects every generation).
     gc.collect() if thorough else gc.collect(1)
@@ -63,16 +71,28 @@ def check(label: str, before: set[int], *, thorough: bool = False) -> tuple[str,
         if not found or time.monotonic() >= until:
             break
         time.sleep(0.005)
+    if collective is not None:
+        from .c10d import clean as c10d_clean
+
+        found += c10d_clean.findings(*collective, thorough=thorough, wait=SETTLE)
     lines = [f"{rule}: {label} {text}" for rule, text in found]
-    if thorough:
+    if thorough and _rpc_agent_set():  # no RRef without an agent: a scan of every object spared
         lines += [f"rrefs: {label} {text}" for text in held_rrefs()]
     return tuple(lines)
+
+
+def _rpc_agent_set() -> bool:
+    import torch.distributed.rpc as rpc
+
+    return bool(rpc.api._is_current_rpc_agent_set())
 
 
 def _counts() -> dict[str, int]:
     import torch.distributed.autograd as dist_autograd
     import torch.distributed.rpc as rpc
 
+    if not _rpc_agent_set():  # a world of collectives only
+        return {}
     info: dict[str, Any] = dict(rpc._rref_context_get_debug_info())
     info.update(dist_autograd._get_debug_info())
     info.update(rpc.api._get_current_rpc_agent().get_debug_info())

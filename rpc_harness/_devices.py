@@ -191,3 +191,24 @@ def require_world_devices(devices: Sequence[str], *, where: str, faulty_agent: b
         raise Unsupported(f"{where}: devices={asked!r} with message faults or schedule fuzzing: torch's faulty "
                           "agent, which those need, takes no device maps")
     return count
+
+
+def require_nccl_devices(devices: Sequence[str], world_size: int, *, where: str) -> int:
+    """Before any process starts: the number of CUDA devices an nccl group
+    of ``world_size`` ranks can use, or :class:`Unsupported` saying why it
+    cannot run here. NCCL needs one GPU a rank: two ranks on one device are
+    refused by NCCL itself ("Duplicate GPU detected") once every rank is up."""
+    import torch
+
+    if not _cuda_fork.cuda_available():
+        raise Unsupported(f"{where}: process_group='nccl' needs one GPU a rank, but CUDA is not available here "
+                          f"(torch {torch.__version__}); use process_group='gloo', or run it on a machine with "
+                          f"{world_size} GPUs")
+    count = torch.cuda.device_count()
+    placed = devices or ("cuda",)
+    gpus = {rank_device(placed, rank, count) for rank in range(world_size)}
+    if len(gpus) < world_size:
+        has = f"{count} GPU(s)" if tuple(placed) == ("cuda",) else f"devices={','.join(placed)!r}"
+        raise Unsupported(f"{where}: process_group='nccl' needs one GPU a rank: {world_size} ranks, but {has}; "
+                          "use fewer ranks, or process_group='gloo'")
+    return count

@@ -27,6 +27,7 @@ import torch.distributed.rpc as rpc
 
 from . import _gate, _stores
 from . import _messages as msg
+from .c10d import group as c10d_group
 from .context import EventLog, RankContext
 from .rank_setup import rpc_backend, tensorpipe_options
 
@@ -74,27 +75,92 @@ class Lifecycle:
 
     def __init__(self, *, ctx: RankContext, events: EventLog, send: Callable[[msg.ToSupervisor], None],
                  conn: Connection, init_method: str, rpc_timeout: float, spawned: bool,
-                 program_timeout: float | None = None) -> None:
+                 program_timeout: float | None = None, process_group: str | None = None,
+                 rpc: bool = True, given_names: tuple[str, ...] = ()) -> None:
         """``rpc_timeout`` is the world's; ``program_timeout`` the one the
-        world was given explicitly (None: a spawned program keeps its own)."""
+        world was given explicitly (None: a spawned program keeps its own).
+        ``process_group`` (a backend) and ``rpc``: what the harness brings
+        up before the entry (a spawned program brings up its own).
+        ``given_names``: the names a spawned world was started with (its
+        ranks take them as they make their group; init_rpc must agree)."""
         global _current
         self.ctx, self.events, self.send, self.conn = ctx, events, send, conn
         self.init_method, self.rpc_timeout, self.spawned = init_method, rpc_timeout, spawned
         self.program_timeout = program_timeout
+        self.process_group, self.rpc = process_group, rpc
+        self.given_names = given_names if given_names and all(given_names) else ()
         self.phase = "starting"  # starting, entry, shutdown, exiting
-        self.joined = False
+        self.joined = False  # through init_rpc
+        self.grouped = False  # through init_process_group (the world's, or a spawned program's own)
+        self.made_group = False  # the default group is the world's: torn down here
+        self.announced = False  # the supervisor was told this rank joined
         self.left = False
         self.reused = False  # a reused world's rank: its entries must leave RPC up for the next
         _current = self
+        c10d_group.route(self.program_group)
 
     # -- joining ------------------------------------------------------------------------
     def join(self) -> None:
-        """The harness's own ``init_rpc`` for a ``run`` world's entry."""
+        """What the harness brings up for a ``run`` world's entry, in order:
+        the default process group (world option ``process_group``), then
+        the RPC agent (world option ``rpc``)."""
+        self.join_group()
+        if not self.rpc:
+            self._announce(self.ctx.names)
+            return
         assert _original_init is not None
         backend, options = rpc_backend(self.ctx, self.init_method, self.rpc_timeout)
         _original_init(self.ctx.name, backend=backend, rank=self.ctx.rank, world_size=self.ctx.world_size,
                        rpc_backend_options=options)
         self._joined(self.ctx.names)
+
+    def join_group(self) -> None:
+        """The world's default process group, on the world's store (none
+        unless the world has ``process_group``); ``ctx.group`` then gives it."""
+        if self.process_group is None:
+            return
+        self.phase = "group"
+        self.events.write("group_start", backend=self.process_group)
+        self.ctx.group = c10d_group.bring_up(self.process_group, self.init_method.removeprefix("file://"),
+                                             self.ctx.rank, self.ctx.world_size, self.ctx.device)
+        self.grouped = self.made_group = True
+        self.events.write("group_done", backend=self.process_group)
+
+    def program_group(self, call: Any) -> Any:
+        """A program's own ``init_process_group`` (its arguments bound):
+        torch's, with the world's store where the call leaves the rendezvous
+        to ``env://``; the rank has then joined its world."""
+        ctx = self.ctx
+        if not self.spawned:  # an entry's own group: torch's call as it is (one default group a process)
+            return c10d_group.call_original(call)
+        if self.process_group is not None:
+            raise RuntimeError(
+                f"the world brought up the default process group already (process_group={self.process_group!r}): "
+                "a spawned program that calls dist.init_process_group itself is spawned without process_group")
+        rank, world_size = call.arguments.get("rank", -1), call.arguments.get("world_size", -1)
+        if rank not in (-1, None, ctx.rank):
+            raise ValueError(f"init_process_group(rank={rank}) in the process the harness started as rank {ctx.rank}")
+        if world_size not in (-1, None, ctx.world_size):
+            raise ValueError(f"init_process_group(world_size={world_size}) in a world the harness started with "
+                             f"{ctx.world_size} processes (nprocs={ctx.world_size})")
+        if c10d_group.uses_environment(call):
+            call.arguments.pop("init_method", None)
+            call.arguments.update(store=c10d_group.world_store(self.init_method.removeprefix("file://")),
+                                  rank=ctx.rank, world_size=ctx.world_size)
+        if not self.announced:
+            self.phase = "group"
+        self.events.write("group_start", backend=str(call.arguments.get("backend")))
+        returned = c10d_group.call_original(call)
+        self.grouped = True
+        ctx.group = c10d_group.default_group()
+        self.events.write("group_done", backend=c10d_group.backend())
+        if not self.announced:
+            # Its faults are aimed at the names spawn(names=...) gave; its
+            # init_rpc, if it calls one later, must give the same.
+            if self.given_names and ctx.name is None:
+                ctx.join(self.given_names)
+            self._announce(self.given_names)
+        return returned
 
     def program_init(self, name: str, backend: Any, rank: int, world_size: int | None, options: Any) -> None:
         """A spawned program's own ``init_rpc``, with what the harness needs merged in."""
@@ -105,6 +171,9 @@ class Lifecycle:
                 "rpc.init_rpc itself; for a program that calls init_rpc and shutdown itself use "
                 "rpc_world.spawn() / rpc_harness.spawn()"
             )
+        if not self.rpc:
+            raise RuntimeError("init_rpc in a world spawned with rpc=False (a world without an RPC agent); spawn it "
+                               "with rpc=True, the default")
         if self.joined:
             raise RuntimeError("a spawned rank may call rpc.init_rpc once: the harness supports one RPC world per process")
         if rank not in (-1, None, ctx.rank):
@@ -116,7 +185,8 @@ class Lifecycle:
         # fail the bring-up with no word of why: refused here, by name.
         _stores.check(getattr(options, "init_method", DEFAULT_INIT_METHOD), ctx.workdir)
         backend, options = self._merged_backend(name, backend, options)
-        ctx.take_name(name)  # peers may call this rank before its init_rpc returns
+        if ctx.name is None:  # (a rank named as it made its group was armed then)
+            ctx.take_name(name)  # peers may call this rank before its init_rpc returns
         assert _original_init is not None
         _original_init(name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
         infos = sorted(rpc.api._get_current_rpc_agent().get_worker_infos(), key=lambda info: info.id)
@@ -145,9 +215,19 @@ class Lifecycle:
     def _joined(self, names: tuple[str, ...]) -> None:
         self.ctx.join(names)
         self.joined = True
-        self.phase = "entry"
         self.events.write("init_rpc")
-        self.send(msg.Joined(tuple(names)))
+        self._announce(names)
+
+    def _announce(self, names: tuple[str, ...]) -> None:
+        """Tell the supervisor this rank is in its world (``names``: every
+        worker's, once known; a spawned program's group, then its RPC agent,
+        each say so). The entry starts at the first."""
+        first = not self.announced
+        self.announced = True
+        self.phase = "entry"
+        self.send(msg.Joined(tuple(names), group=self.grouped))
+        if not first:
+            return
         self.events.write("entry_start")
         if _gate._gate is not None:  # a controlled world: the entry is a task from here on
             _gate._gate.begin(self.ctx.name or str(self.ctx.rank), "main", "start")
@@ -168,8 +248,8 @@ class Lifecycle:
         it but its exit (``os._exit``, as every forkserver child), so no
         program can tell; a program that calls ``rpc.shutdown()`` itself
         still gets torch's."""
-        if not self.joined or self.left:
-            assert _original_shutdown is not None
+        if not self.announced or self.left or (self.spawned and not self.joined and not after_entry):
+            assert _original_shutdown is not None  # torch's own word on an agent that is not there
             return _original_shutdown(graceful=graceful, timeout=timeout)
         if self.reused:
             raise RuntimeError("an entry in a reused world (rpc_world_module, rpc_world_session) must not call "
@@ -188,8 +268,10 @@ class Lifecycle:
         self.ctx.flush_progress()
         self.events.write("shutdown_start", graceful=graceful)
         assert _original_shutdown is not None
-        if graceful or not after_entry:
+        if self.joined and (graceful or not after_entry):
             _original_shutdown(graceful=graceful, timeout=timeout)
+        if self.made_group:
+            c10d_group.tear_down(graceful=graceful)
         # Again, now that it serves no more RPCs: a rank whose entry returns
         # at once (an observer) reaches its failpoints while serving peers.
         self.ctx.record_hits()

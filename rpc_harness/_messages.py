@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Joined:
-    """Every rank is through ``init_rpc``: ``names`` are every worker's names
-    (a spawned program gives them in its own ``init_rpc``)."""
+    """The rank is in its world: through ``init_rpc``, or its default
+    process group, or both. ``names`` are every worker's names (a spawned
+    program gives them in its own ``init_rpc``; empty until it has);
+    ``group``: the rank has a default process group (a collective world)."""
 
     names: tuple[str, ...]
+    group: bool = False
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ from . import (
 )
 from . import _messages as msg
 from ._boot import Boot, rank_file
+from .c10d import clean as c10d_clean
+from .c10d import group as c10d_group
 from .c10d import hooks as c10d_hooks
 from .c10d.history import HISTORY
 from .context import EventLog, RankContext, activate
@@ -56,6 +58,7 @@ from .seeds import seed_everything
 _rpc_hooks.install()
 c10d_hooks.install()  # failpoints and history at every collective, from Python or C++ (DDP, FSDP)
 _lifecycle.install()
+c10d_group.install()  # a spawned program's own init_process_group goes through its lifecycle
 _rendezvous.install()  # off until the rank chooses (rpc_harness._rendezvous)
 _devices.install()  # a spawned program's device maps: CUDA channels, or refused where there is no CUDA
 warm_math_kernels()  # before any rank's RPC threads can race to choose oneMKL's kernels (rank_setup)
@@ -109,9 +112,9 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
     activate(ctx)
     _rendezvous.choose(options.rendezvous)  # torch's Gloo group, or the world's store in its place
     # Before anything touches CUDA (seeding may); raised where failures are reported.
-    fork_error = _cuda_fork.rank_fork_error(wants_cuda=bool(options.devices))  # devices are CUDA ones
+    fork_error = _cuda_fork.rank_fork_error(wants_cuda=bool(options.placed_devices))  # devices are CUDA ones
     if fork_error is None:
-        ctx.device, ctx.world_devices = _take_device(options.devices, boot.rank), options.devices
+        ctx.device, ctx.world_devices = _take_device(options.placed_devices, boot.rank), options.devices
         seed_everything(ctx.seed)
     torch.set_num_threads(intra_op_threads(dict(options.env), world_size))
     # Progress may be reported from RPC handler threads while the main thread
@@ -121,7 +124,8 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
     life = _lifecycle.Lifecycle(
         ctx=ctx, events=events, send=send, conn=conn, init_method="file://" + os.path.join(boot.workdir, "store"),
         rpc_timeout=options.rpc_timeout or DEFAULT_RPC_TIMEOUT, spawned=boot.spawned,
-        program_timeout=options.rpc_timeout,
+        program_timeout=options.rpc_timeout, process_group=options.process_group, rpc=options.rpc,
+        given_names=boot.names if boot.spawned else (),
     )
     _rpc_hooks.start(ctx, events)
     c10d_hooks.open_history(rank_file(boot.workdir, boot.rank, HISTORY), boot.rank)
@@ -138,10 +142,10 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         args, kwargs = pickle.loads(boot.payload)
         if boot.spawned:
             value = program(boot.rank, *args, **kwargs)
-            if not life.joined:
+            if not life.announced:
                 raise RuntimeError(
-                    f"{boot.entry} returned without calling rpc.init_rpc: every process of a spawned world must "
-                    "join it (the others wait for it in init_rpc)"
+                    f"{boot.entry} returned without calling rpc.init_rpc or dist.init_process_group: every process "
+                    "of a spawned world must join it (the others wait for it there)"
                 )
         elif boot.live:  # a reused world: entries come one by one, each with a context of its own
             life.join()
@@ -195,6 +199,7 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
     (``_clean``). Ends when the supervisor does (it kills a world it ends)."""
     label = f"rank {boot.rank} ({world.name})"
     before = _clean.threads_now()
+    groups = c10d_clean.groups_now()
     while True:
         try:
             word = conn.recv()
@@ -202,10 +207,12 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
             return 0
         match word:
             case msg.RunEntry():
-                before = _clean.threads_now()
+                before, groups = _clean.threads_now(), c10d_clean.groups_now()
                 _run_entry(word, boot, world, events, send)
             case msg.Check(thorough):
-                send(msg.Checked(_clean.check(label, before, thorough=thorough)))
+                collective = None if world.group is None else (
+                    os.path.join(boot.workdir, "store"), boot.rank, world.world_size, groups)
+                send(msg.Checked(_clean.check(label, before, thorough=thorough, collective=collective)))
             case _:
                 raise RuntimeError(f"the supervisor said {word!r} to a reused world's rank")
 
@@ -218,6 +225,7 @@ def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: Even
     ctx = RankContext(rank=boot.rank, names=world.names, world_seed=order.seed, workdir=boot.workdir,
                       faults=order.faults, events=events, deadline=order.deadline)
     ctx.device, ctx.world_devices, ctx.progress_sink = world.device, world.world_devices, world.progress_sink
+    ctx.group = world.group
     activate(ctx)
     seed_everything(ctx.seed)
     _rpc_hooks.start(ctx, events)

@@ -80,6 +80,11 @@ class Supervisor:
         self.shutdown_sent: bool | None = None  # None, or the graceful flag sent
         self.exit_sent = False
         self.stacks_read: dict[int, int] = {}  # bytes of a rank's stack file read for an earlier report
+        # A world with a default process group (the world's, or a spawned
+        # program's own): one rank's death ends it (see _on_death).
+        self.collective = spec.options.process_group is not None
+        self.ended_by = ""  # why a collective world was ended before its entries were done (see _end_collective)
+        self.stopped_by_death: set[int] = set()  # ranks it stopped so
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
@@ -178,10 +183,11 @@ class Supervisor:
         """What one message of ``rank``'s says (a subclass takes the kinds of its own first)."""
         outcome = self.outcomes[rank]
         match message:
-            case msg.Joined(names):
+            case msg.Joined(names, group):
                 outcome.phase = "entry"
                 self.ready.add(rank)
-                if self.spec.spawned:
+                self.collective = self.collective or group
+                if self.spec.spawned and names:
                     self._named(rank, names)
                 if len(self.ready) == len(self.outcomes):
                     self.joined_at = time.monotonic()
@@ -204,6 +210,12 @@ class Supervisor:
                 outcome.phase = "frozen"
                 if self.link is not None:
                     self.link.rank_gone(rank, frozen=True)
+                if self.collective:
+                    self._end_collective(outcome, "was frozen by the fault plan")
+            case msg.Failed(phase, error, text, pickled, skipped) if (dead := self._dead_peer(rank, skipped)):
+                self._end_collective(*dead)
+                outcome.stopped_because = f"{self.ended_by} (it had raised: {error})"
+                self.stopped_by_death.add(rank)
             case msg.Failed(phase, error, text, pickled, skipped):
                 outcome.status = R.SKIPPED if skipped else R.RAISED
                 outcome.phase = {"starting": "start-up", "result": "entry"}.get(phase, phase)
@@ -249,14 +261,69 @@ class Supervisor:
         if outcome.status not in (R.RAISED, R.SKIPPED):
             if code == 0 and rank in self.shut:
                 outcome.status = R.OK
+            elif rank in self.stopped_by_death:
+                outcome.status = R.STOPPED
             elif outcome.signal == "SIGKILL" and self._plan_killed(rank):
                 outcome.status = R.KILLED
                 if self.shutdown_sent:  # graceful shutdown would now wait for it forever
                     self._stop_survivors()
             else:
                 outcome.status = R.DIED
+            if self.collective and outcome.status in (R.KILLED, R.DIED):
+                self._end_collective(outcome, "was killed by the fault plan" if outcome.status == R.KILLED
+                                     else "died")
         if self.link is not None:
             self.link.rank_gone(rank, unexpected=outcome.failed or outcome.status == R.SKIPPED)
+
+    # -- collective worlds ------------------------------------------------------------
+    # A collective needs every rank of its group: once one is dead (or
+    # frozen), every survivor's next collective with it fails (gloo: at once,
+    # "Connection closed by peer"; measured on torch 2.13) or waits out the
+    # group's timeout (gloo's 30 minutes, for a frozen peer whose sockets stay
+    # open). So a collective world ends at the first death: the ranks still
+    # in their entry are stopped (SIGKILL), each with the reason; ranks whose
+    # entry had returned shut down as after any death. After a planned kill
+    # the stopped ranks are not failures (the plan stopped them: the world is
+    # ok, dead ranks still only the killed ones); after any other death the
+    # world fails for it, and the survivors' stacks are kept.
+
+    def _end_collective(self, dead: RankOutcome, how: str) -> None:
+        """``dead`` is gone from a collective world (``how``: what happened
+        to it): stop every rank still in its entry. Idempotent."""
+        if self.shutdown_sent is not None:
+            return  # every entry had returned: they shut down as after any death
+        self.ended_by = self.ended_by or f"{dead.label} {how}, and a collective world cannot go on without one of its ranks"
+        planned = "fault plan" in how
+        if dead.rank in self.frozen:  # nobody will wait for it any more: its kill is the plan's (see _maybe_release)
+            _signal(self.procs[dead.rank].pid, signal.SIGKILL)
+        for rank in sorted(self.running):
+            outcome = self.outcomes[rank]
+            if (rank != dead.rank and rank not in self.frozen and rank not in self.stopped_by_death
+                    and outcome.phase != "done" and not outcome.failed):
+                outcome.stopped_because = self.ended_by
+                self.stopped_by_death.add(rank)
+                if planned:  # otherwise the world has failed: _stop_survivors stops them, keeping their stacks
+                    _signal(self.procs[rank].pid, signal.SIGKILL)
+
+    def _dead_peer(self, rank: int, skipped: bool) -> tuple[RankOutcome, str] | None:
+        """A peer whose death ``rank``'s failure in a collective world came
+        after (and what happened to it), or None. A planned kill is known
+        before its SIGKILL (the rank writes its fault event first); another
+        death, once its process has ended (its sockets close as it exits,
+        before it is a zombie): both before any peer's collective can fail
+        of it, and before its exit reaches this supervisor."""
+        if not self.collective or skipped:
+            return None
+        for other in self.outcomes:
+            if other.rank == rank or other.status in (R.RAISED, R.SKIPPED, R.OK):
+                continue
+            if other.status == R.KILLED or (other.rank in self.running and self._plan_killed(other.rank)):
+                return other, "was killed by the fault plan"
+            if other.rank in self.frozen:
+                continue
+            if other.status == R.DIED or (other.rank in self.running and _process_ended(self.procs[other.rank].pid)):
+                return other, "died"
+        return None
 
     def _plan_killed(self, rank: int) -> bool:
         return any(fired.kind in ENDING_KINDS for fired in faults_fired(self.events_of(rank)))
@@ -494,7 +561,9 @@ class Supervisor:
             outcome.events = self.events_of(outcome.rank)
         plan = self.spec.options.faults
         _tally.add_message_failures(plan, self.outcomes)
-        problems = list(self.problems) + _tally.lost_messages(plan, self.outcomes)
+        problems = list(self.problems) + _group_never_formed(self.outcomes, self.spec.options.process_group,
+                                                                 joined=self.joined_at is not None)
+        problems += _tally.lost_messages(plan, self.outcomes)
         stopped_early = self.timed_out or bool(self.problems) or any(
             o.failed or o.status == R.SKIPPED for o in self.outcomes)
         if not stopped_early:
@@ -535,7 +604,33 @@ class Supervisor:
             fuzz=self.spec.options.fuzz or 0.0,
             devices=self.spec.device_note,
             collectives=collectives,
+            ended_by=self.ended_by,
         )
+
+
+def _group_never_formed(outcomes: list[RankOutcome], backend: str | None, *, joined: bool) -> list[str]:
+    """The problem of a world whose default process group never formed (the
+    world's own, or a spawned program's): which ranks never reached
+    ``init_process_group``, and which waited in it; or none. ``joined``:
+    every rank joined its world (a reused world's entry sees only its own
+    events, none of its bring-up)."""
+    kinds = {o.rank: {event.get("kind") for event in o.events} for o in outcomes}
+    waiting = [o.label for o in outcomes if "group_start" in kinds[o.rank] and "group_done" not in kinds[o.rank]]
+    if not waiting and (joined or backend is None):
+        return []  # nobody stuck in init_process_group; the world came up, or asked for no group
+    if all("group_done" in seen for seen in kinds.values()):
+        return []
+    never = [o for o in outcomes if "group_start" not in kinds[o.rank]]
+    parts = []
+    for outcome in never:
+        how = {R.DIED: "died", R.RAISED: "raised", R.KILLED: "was killed", R.HUNG: "hung"}.get(outcome.status)
+        parts.append(f"{outcome.label} {how} before it reached init_process_group" if how
+                     else f"{outcome.label} never reached init_process_group")
+    if waiting:
+        parts.append(f"{', '.join(waiting)} waited in init_process_group for {'it' if len(never) == 1 else 'them'}"
+                     if never else f"{', '.join(waiting)} never got out of init_process_group")
+    name = f" ({backend})" if backend else ""
+    return [f"{R.GROUP_NEVER_FORMED}{name}: " + "; ".join(parts)]
 
 
 def _unfinished(outcomes: list[RankOutcome]) -> list[str]:
@@ -567,6 +662,19 @@ def _called_from_its_code(outcome: RankOutcome) -> bool:
         if event.get("kind") == "rpc_begin" and event.get("tid") == start.get("tid"):
             return True
     return False
+
+
+def _process_ended(pid: int | None) -> bool:
+    """Whether process ``pid`` has exited (a zombie, or gone), asked of
+    /proc: its forkserver reports the exit only once it has reaped it."""
+    if pid is None or not os.path.isdir("/proc/self"):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
 
 
 def _read_text(path: str) -> str:

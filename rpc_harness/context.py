@@ -206,6 +206,9 @@ class RankContext:
         # the world option devices, already current; the CPU otherwise).
         self.device: Any = "cpu"
         self.world_devices: tuple[str, ...] = ()  # the world option devices, for the device maps
+        # The default process group (torch.distributed's ProcessGroup): the
+        # world's (world option process_group), or a spawned program's own.
+        self.group: Any = None
         self.world_size = len(names) if world_size is None else world_size
         if names:
             self.join(names)

@@ -160,6 +160,33 @@ def check_rendezvous(value: Any, where: str) -> str:
     return _one_of("rendezvous", RENDEZVOUS, value, where)
 
 
+# The default process group a world's ranks bring up on the world's store
+# before the RPC agent (rpc_harness.c10d.group), if any.
+PROCESS_GROUPS = {
+    "gloo": "on the CPU (and CUDA tensors)",
+    "nccl": "one GPU a rank",
+}
+
+
+def check_process_group(value: Any, where: str) -> str:
+    return _one_of("process_group", PROCESS_GROUPS, value, where)
+
+
+def check_rpc(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise WorldSpecError(f"{where}: rpc must be True or False, got {clip(value)}")
+    return value
+
+
+_YES, _NO = ("yes", "true", "on", "1"), ("no", "false", "off", "0")
+
+
+def parse_yes_no(text: str) -> bool | str:
+    """A yes/no of the text doors; anything else is left for the check to refuse."""
+    word = text.strip().lower()
+    return True if word in _YES else False if word in _NO else text
+
+
 def check_setup(value: Any, where: str) -> EntryRef:
     """A function every rank calls with no arguments before its entry."""
     if isinstance(value, EntryRef):
@@ -212,6 +239,15 @@ def devices_here(devices: tuple[str, ...], options: WorldOptions, where: str) ->
     from .faults import uses_faulty_agent
 
     _devices.require_world_devices(devices, where=where, faulty_agent=uses_faulty_agent(options.faults, options.fuzz))
+
+
+def process_group_here(backend: str, options: WorldOptions, where: str) -> None:
+    """Whether this machine can bring up ``backend``: nccl needs CUDA (one
+    GPU a rank, which the world's size decides: ``spec.make_spec`` checks it)."""
+    if backend == "nccl":
+        from . import _devices
+
+        _devices.require_nccl_devices(options.devices, 1, where=where)
 
 
 def check_schedule(value: Any, where: str) -> str:
@@ -395,11 +431,28 @@ class WorldOptions:
         help="a module-level function (or 'package.module:function') that every rank calls with no arguments "
              "before its entry or program: setup that must reach the ranks, which are forked from a forkserver "
              "and see no patch made in the test process")
+    process_group: str | None = option(
+        None, check=check_process_group, parse=str, flag="--rpc-process-group", marker=True, token="pg",
+        command_line="--process-group", here=process_group_here,
+        help="a default process group every rank brings up on the world's store before its RPC agent and its "
+             "entry (ctx.group): gloo (CPU, and CUDA tensors) or nccl (one GPU a rank; refused before any process "
+             "starts where the GPUs are fewer than the ranks); default: none")
+    rpc: bool = option(
+        True, check=check_rpc, parse=parse_yes_no, flag="--rpc-agent", marker=True, token="rpc",
+        command_line="--rpc", plain=bool,
+        help="whether every rank joins the RPC world (init_rpc) before its entry: yes (the default) or no, for a "
+             "world of collectives only (process_group given)")
     expect: str | None = option(
         None, check=check_expect, parse=str, marker=True, token="ex",
         help="what the world may do that would otherwise fail it: 'unfinished' (a planned kill may end a spawned "
              "program, so that no surviving rank runs its own part of it past the kill), or 'nothing' (the "
              "default; a call's expect='nothing' takes back its rpc_world marker's, which expect=None leaves)")
+
+    @property
+    def placed_devices(self) -> tuple[str, ...]:
+        """Where the ranks live: the option ``devices``, or one GPU a rank
+        (``cuda``) for an nccl group, which needs it."""
+        return self.devices or (("cuda",) if self.process_group == "nccl" else ())
 
     @property
     def schedule_spec(self) -> ScheduleSpec:
@@ -467,6 +520,8 @@ class WorldArgs(TypedDict, total=False):
     schedule: str | None
     devices: Sequence[str] | str | None
     setup: Callable[[], Any] | str | None
+    process_group: str | None
+    rpc: bool | None
     expect: str | None
 
 

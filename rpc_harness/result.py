@@ -44,6 +44,7 @@ CUT_SHORT = "cut short by the world's end"
 # returned normally ran past it (a client that finished its calls).
 UNFINISHED = "the program never got past the planned kill of"
 INTERRUPTED = "the world was stopped from outside"
+GROUP_NEVER_FORMED = "the default process group never formed"
 # An entry of a reused world broke one of its rules (rpc_harness._clean.RULES).
 DIRTY = "the entry left the reused world dirty"
 
@@ -66,6 +67,7 @@ class RankOutcome:
     phase: str = "starting"  # the last phase it was seen in: starting, entry, shutdown, done
     progress: tuple[int, int, str] | None = None  # its last report: (done, total, unit)
     gpu_memory: int | None = None  # bytes of GPU memory it held as its world failed, where NVML said
+    stopped_because: str = ""  # why the harness stopped it, where not because the world failed (a collective world)
 
     @property
     def failed(self) -> bool:
@@ -95,7 +97,8 @@ class RankOutcome:
             SKIPPED: f"skipped: {self.error}",
             KILLED: ("frozen (SIGSTOP) as the fault plan asked, then killed by the harness" if frozen
                      else f"killed by {self.signal} as the fault plan asked"),
-            STOPPED: "stopped by the harness (SIGKILL) after the world failed",
+            STOPPED: (f"stopped by the harness (SIGKILL): {self.stopped_because}" if self.stopped_because
+                      else "stopped by the harness (SIGKILL) after the world failed"),
         }.get(self.status)
         if how is None:
             when = _PHASES.get(self.phase, f"during {self.phase}")
@@ -159,6 +162,9 @@ class WorldResult:
     # Where each rank was in its collectives, for a world that hung, ran out
     # of time, failed or lost a rank (rpc_harness.c10d.history.where_ranks_are).
     collectives: list[str] = field(default_factory=list)
+    # A collective world ended at a rank's death or freeze: which rank, and
+    # why the others were stopped (rpc_harness._supervisor, "collective worlds").
+    ended_by: str = ""
 
     @property
     def schedule_digest(self) -> str:
@@ -241,6 +247,8 @@ class WorldResult:
         if self.reuse:
             lines.append(f"  ran in {self.reuse}")
         lines += [f"  {problem}" for problem in self.problems]
+        if self.ended_by:
+            lines.append(f"  ended early: {self.ended_by}")
         groups = _alike(self.ranks)
         lines += ["  " + _group_line(group) for group in groups]
         lines += [f"  collectives: {line}" for line in self.collectives]
@@ -291,6 +299,8 @@ class WorldResult:
             head = "rpc world failed: " + self._problem_kind()
         elif self.skipped is not None:
             head = "rpc world skipped"
+        elif self.ended_by:
+            head = f"rpc world ended early by its fault plan in {self.duration:.2f}s"
         else:
             head = f"rpc world ok in {self.duration:.2f}s"
         return f"{head} ({what})"
@@ -314,6 +324,8 @@ class WorldResult:
             return "its fault plan lost messages"
         if first.startswith(UNFINISHED):
             return "a planned kill ended its program"
+        if first.startswith(GROUP_NEVER_FORMED):
+            return GROUP_NEVER_FORMED
         if first.startswith(INTERRUPTED):
             return INTERRUPTED
         if first.startswith(DIRTY):
@@ -373,6 +385,7 @@ _PHASES = {
     "starting": "while starting", "start-up": "while starting", "entry": "in its entry",
     "done": "after its entry, waiting to shut down", "shutdown": "while shutting down",
     "exiting": "after its shutdown", "frozen": "while frozen", "result": "returning its result",
+    "group": "while bringing up its process group (init_process_group)",
 }
 
 
@@ -392,10 +405,10 @@ def _alike(ranks: list[RankOutcome], least: int = 3) -> list[list[RankOutcome]]:
     grouped when there are ``least`` or more of them."""
     by_kind: dict[tuple, list[RankOutcome]] = {}
     for outcome in ranks:
-        by_kind.setdefault((outcome.status, outcome.phase, outcome.error, outcome.signal), []).append(outcome)
+        by_kind.setdefault((outcome.status, outcome.phase, outcome.error, outcome.signal, outcome.stopped_because), []).append(outcome)
     groups, seen = [], set()
     for outcome in ranks:
-        key = (outcome.status, outcome.phase, outcome.error, outcome.signal)
+        key = (outcome.status, outcome.phase, outcome.error, outcome.signal, outcome.stopped_because)
         if key in seen:
             continue
         members = by_kind[key]

@@ -114,6 +114,7 @@ def make_spec(
     else:
         resolved_names = resolve_names(world_size, names, where=where)
     checked = WorldOptions.from_values(options, where=where)
+    check_layers(checked, spawned=spawned, where=where)
     plan = checked.faults
     failpoints = checked.failpoints
     if all(resolved_names):
@@ -137,6 +138,10 @@ def make_spec(
         from ._devices import sharing_note
 
         device_note = sharing_note(checked.devices, len(resolved_names), torch.cuda.device_count())
+    if checked.process_group == "nccl":
+        from ._devices import require_nccl_devices
+
+        require_nccl_devices(checked.devices, len(resolved_names), where=where)
     try:
         payload = pickle.dumps((tuple(args), dict(kwargs or {})))
     except Exception as error:
@@ -154,6 +159,20 @@ def make_spec(
         repro=repro,
         device_note=device_note,
     )
+
+
+def check_layers(options: WorldOptions, *, spawned: bool, where: str) -> None:
+    """What a world brings up (a default process group, an RPC agent) must
+    carry what the world is asked to do, or it is refused here."""
+    if not options.rpc and options.process_group is None and not spawned:
+        raise WorldSpecError(f"{where}: rpc=False without a process_group leaves the entry no way to reach its "
+                             "peers; give process_group='gloo' (or 'nccl'), or keep rpc=True")
+    if not options.rpc:
+        on_rpcs = [str(f) for f in options.faults
+                   if f.point.startswith(("rpc.call:", "rpc.serve:")) or not f.traits.at_failpoint]
+        if on_rpcs:
+            raise WorldSpecError(f"{where}: faults {', '.join(on_rpcs)} act on RPCs, but rpc=False: the world has "
+                                 "no RPC agent")
 
 
 def check_call_points(plan: FaultPlan, *, where: str) -> None:

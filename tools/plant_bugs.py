@@ -56,6 +56,8 @@ CH = "tests/unit/test_c10d_history.py::"
 URV = "tests/unit/test_rendezvous.py::"
 WRV = "tests/world/test_rendezvous.py::"
 EX = "tests/unit/test_explore.py::"
+CW = "tests/world/test_collectives.py::"
+CRU = "tests/world/test_collective_reuse.py::"
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,8 @@ BUGS = (
         (FC + "test_a_msgfail_within_torchs_retries_fails_each_send_that_often_and_the_world_succeeds",
          "tests/world/test_scenario_rnn.py::test_retried_message_failures_change_nothing")),
     Bug("lost messages not reported", "rpc_harness/_supervisor.py",
-        "problems = list(self.problems) + _tally.lost_messages(plan, self.outcomes)",
-        "problems = list(self.problems)",
+        "problems += _tally.lost_messages(plan, self.outcomes)",
+        "problems += []",
         (FC + "test_a_msgfail_past_torchs_retries_loses_the_message_and_fails_the_world",)),
     Bug("torch's retry budget taken as 5 tries", "rpc_harness/faults.py",
         "TORCH_SEND_TRIES = 6", "TORCH_SEND_TRIES = 5",
@@ -976,7 +978,7 @@ BUGS = (
         "raise_open_files()  # every rank inherits it", "pass  # every rank inherits it",
         ("tests/world/test_launcher.py::test_a_256_rank_world_comes_up_and_every_rank_answers_its_neighbour",)),
     Bug("after a death an entry that returned runs torch's non-graceful teardown", "rpc_harness/_lifecycle.py",
-        "        if graceful or not after_entry:", "        if True:",
+        "        if self.joined and (graceful or not after_entry):", "        if self.joined:",
         ("tests/unit/test_lifecycle_leave.py::"
          "test_after_a_death_an_entry_that_returned_skips_torchs_non_graceful_teardown",)),
     Bug("the soft limit on open files is raised to one short of the hard one", "rpc_harness/_limits.py",
@@ -1224,6 +1226,43 @@ BUGS = (
         '    return "not completed" if not entered.done else "failed" if entered.error else "completed"',
         '    return "not completed" if not entered.done else "completed"',
         (CH + "test_an_op_that_failed_on_a_rank_is_not_said_to_have_completed_there",)),
+    # Collective worlds (issue 39).
+    Bug("a spawned program's own init_process_group does not join it to its world", "rpc_harness/_lifecycle.py",
+        "            self._announce(self.given_names)", "            pass",
+        (CW + "test_the_ddp_tutorial_runs_unchanged_and_counts_as_joined",)),
+    Bug("the world's default group is made on a second store", "rpc_harness/c10d/group.py",
+        "dist.FileStore(store_path, -1))", "dist.FileStore(store_path + '.c10d', -1))",
+        (CW + "test_the_group_is_made_on_the_worlds_own_store_before_the_rpc_agent",)),
+    Bug("a program's env:// init_process_group meets on its own MASTER_PORT", "rpc_harness/_lifecycle.py",
+        "        if c10d_group.uses_environment(call):", "        if False:",
+        (CW + "test_two_ddp_tutorials_at_once_do_not_meet_on_their_hard_coded_port",)),
+    Bug("nccl worlds are not refused where the GPUs are fewer than the ranks", "rpc_harness/_devices.py",
+        "    if len(gpus) < world_size:", "    if False:",
+        ("tests/unit/test_collective_options.py::test_nccl_is_refused_where_the_gpus_are_fewer_than_the_ranks",)),
+    Bug("a collective world goes on after one of its ranks died", "rpc_harness/_supervisor.py",
+        "            if self.collective and outcome.status in (R.KILLED, R.DIED):", "            if False:",
+        (CW + "test_an_unplanned_death_fails_a_collective_world_and_names_the_dead_rank",
+         CW + "test_a_planned_kill_in_a_ddp_program_ends_it_and_says_it_never_got_past_the_kill")),
+    Bug("survivors whose collective failed with a killed peer count as failures", "rpc_harness/_supervisor.py",
+        "        if not self.collective or skipped:\n            return None", "        if True:\n            return None",
+        ("tests/unit/test_collective_supervisor.py::test_a_survivor_failing_after_a_planned_kill_is_stopped_by_it",
+         "tests/unit/test_collective_supervisor.py::test_a_survivor_failing_after_a_peer_died_is_stopped_by_its_death")),
+    Bug("a collective world waits for its frozen rank until the deadline", "rpc_harness/_supervisor.py",
+        "                if self.collective:\n                    self._end_collective(", "                if False:\n                    self._end_collective(",
+        (CW + "test_a_frozen_rank_ends_a_collective_world_without_waiting_for_its_deadline",)),
+    Bug("a group that never formed is not reported as such", "rpc_harness/_supervisor.py",
+        "problems = list(self.problems) + _group_never_formed(", "problems = list(self.problems) + 0 * _group_never_formed(",
+        (CW + "test_a_group_that_never_forms_names_the_rank_that_never_reached_it",
+         CW + "test_a_rank_that_dies_before_its_group_forms_is_named")),
+    Bug("a reused collective world's ranks are not compared by sequence number", "rpc_harness/c10d/clean.py",
+        "if number != sequence}", "if False}",
+        (CRU + "test_a_dirty_collective_entry_fails_naming_what_it_left_and_the_next_gets_a_fresh_world",)),
+    Bug("a subgroup an entry left alive is not looked for", "rpc_harness/c10d/clean.py",
+        "    if left:", "    if False:",
+        (CRU + "test_a_dirty_collective_entry_fails_naming_what_it_left_and_the_next_gets_a_fresh_world",)),
+    Bug("a pending work handle is not looked for", "rpc_harness/c10d/clean.py",
+        '    found = [("work", text) for text in pending_work()] if thorough else []', "    found = []",
+        (CRU + "test_a_dirty_collective_entry_fails_naming_what_it_left_and_the_next_gets_a_fresh_world",)),
 )
 
 

@@ -393,6 +393,91 @@ def reused_entries(repeat: int, sizes: tuple[int, ...] = (), size_repeat: int = 
     return row
 
 
+# The same 4-rank all_reduce test three ways: a fresh gloo-only world
+# (rpc_world), an entry in a reused one (rpc_world_module), and torch's own
+# MultiProcessTestCase (torch.testing._internal.common_distributed), which
+# spawns its processes for every test; each in a pytest session of its own.
+COLLECTIVE_TEST = textwrap.dedent("""
+    import json, os, time
+    import torch
+    import torch.distributed as dist
+
+    WORLD = dict(world_size=4, process_group="gloo", rpc=False)
+
+    def all_reduce(ctx):
+        tensor = torch.ones(4) * ctx.rank
+        dist.all_reduce(tensor, group=ctx.group)
+        assert tensor.tolist() == [6.0] * 4
+
+    def test_entries(rpc_world_module, rpc_world):
+        started = time.perf_counter()
+        rpc_world_module.run(all_reduce, **WORLD)  # brings the live world up
+        first = time.perf_counter() - started
+        reused, fresh = [], []
+        for _ in range(int(os.environ["BENCH_REPEAT"])):  # alternating, so that drift hits both
+            started = time.perf_counter()
+            rpc_world_module.run(all_reduce, **WORLD)
+            reused.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            rpc_world.run(all_reduce, **WORLD)
+            fresh.append(time.perf_counter() - started)
+        with open(os.environ["BENCH_OUT"], "w") as file:
+            json.dump({"first": first, "reused": reused, "fresh": fresh}, file)
+""")
+TORCH_COLLECTIVE_TEST = textwrap.dedent("""
+    import json, os, time
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.common_distributed import MultiProcessTestCase
+
+    TIMES = []
+
+    class AllReduce(MultiProcessTestCase):
+        @property
+        def world_size(self):
+            return 4
+
+        def setUp(self):  # in the test's own process only: its ranks run the test alone
+            self.started = time.perf_counter()
+            super().setUp()
+            self._spawn_processes()
+
+        def tearDown(self):
+            super().tearDown()
+            TIMES.append(time.perf_counter() - self.started)
+            with open(os.environ["BENCH_OUT"], "w") as file:
+                json.dump({"times": TIMES}, file)
+
+        def all_reduce(self):
+            store = dist.FileStore(self.file_name, self.world_size)
+            dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world_size)
+            tensor = torch.ones(4) * self.rank
+            dist.all_reduce(tensor)
+            assert tensor.tolist() == [6.0] * 4
+            dist.destroy_process_group()
+
+    for index in range(int(os.environ["BENCH_REPEAT"])):
+        setattr(AllReduce, f"test_all_reduce_{index}", AllReduce.all_reduce)
+""")
+
+
+def collective_worlds(repeat: int, torch_repeat: int) -> dict[str, Any]:
+    """Issue 39's speed row: the 4-rank gloo all_reduce test in a fresh
+    collective world, as an entry of a reused one, and under torch's
+    ``MultiProcessTestCase``, measured in this run: medians and ratios."""
+    ours = timed_session("test_collective_entries.py", COLLECTIVE_TEST, repeat)
+    theirs = timed_session("test_torch_all_reduce.py", TORCH_COLLECTIVE_TEST, torch_repeat)
+    fresh, reused = statistics.median(ours["fresh"]), statistics.median(ours["reused"])
+    torch_test = statistics.median(theirs["times"])
+    row = {"fresh_median_s": fresh, "reused_median_s": reused, "first_s": ours["first"], "runs": len(ours["fresh"]),
+           "torch_median_s": torch_test, "torch_runs": len(theirs["times"]),
+           "torch_over_fresh": torch_test / fresh, "torch_over_reused": torch_test / reused}
+    print(f"  4-rank gloo all_reduce test: fresh world {fresh:.3f} s, reused world's entry {reused * 1000:.1f} ms, "
+          f"torch's MultiProcessTestCase {torch_test:.2f} s ({row['torch_over_fresh']:.0f}x / "
+          f"{row['torch_over_reused']:.0f}x)", flush=True)
+    return row
+
+
 def failure_latency(repeat: int) -> dict[str, Any]:
     samples = []
     for _ in range(repeat):
@@ -607,8 +692,8 @@ def _until(row: dict[str, Any]) -> str:
     return f"median {median}, worst {worst}"
 
 
-SECTIONS = ("bring-up", "fixture", "reuse", "failure", "failpoint", "recording", "scenarios", "schedules",
-            "exhaustive")
+SECTIONS = ("bring-up", "fixture", "reuse", "collectives", "failure", "failpoint", "recording", "scenarios",
+            "schedules", "exhaustive")
 
 
 def run_bench(
@@ -644,6 +729,8 @@ def run_bench(
     if "reuse" in only:
         figures["reused_entries"] = reused_entries(5 if quick else 50, tuple(s for s in sizes if s <= REUSED_UP_TO),
                                                    3 if quick else 10)
+    if "collectives" in only:
+        figures["collectives"] = collective_worlds(5 if quick else 30, 2 if quick else 5)
     if svg_path and "bring-up" in only:
         write_growth_picture(figures["bring_up"], svg_path, figures.get("reused_entries", {}).get("by_size", ()))
         print(f"  wrote {svg_path}", flush=True)
@@ -730,6 +817,15 @@ def table(figures: dict[str, Any]) -> str:
                      else " | ")
             lines.append(f"| entry in a reused {size}-rank world / a fresh {size}-rank world (run_world), one "
                          f"rpc_sync a rank (median) | {median * 1000:.1f} ms | {fresh} |")
+    coll = figures.get("collectives")
+    if coll:
+        # The "spawn way" column holds torch's MultiProcessTestCase here, the ratio torch / ours.
+        lines.append(f"| 4-rank gloo all_reduce test in a fresh collective world (rpc_world, rpc=False) / under "
+                     f"torch's MultiProcessTestCase (median) | {coll['fresh_median_s']:.3f} s | "
+                     f"{coll['torch_median_s']:.2f} s | {coll['torch_over_fresh']:.0f}x |")
+        lines.append(f"| the same test as an entry in a reused collective world (rpc_world_module) / under "
+                     f"MultiProcessTestCase (median) | {coll['reused_median_s'] * 1000:.1f} ms | "
+                     f"{coll['torch_median_s']:.2f} s | {coll['torch_over_reused']:.0f}x |")
     for row in figures.get("bring_up", []):
         lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "
                      f"{row['pss_mb']:.0f} / {row['uss_mb']:.0f} MB, {row['world_pss_gb']:.2f} GB | | |")

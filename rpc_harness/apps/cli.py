@@ -132,6 +132,10 @@ def _parser() -> argparse.ArgumentParser:
                                     "model on its GPU, cuda:(rank mod count), judged against the CPU baseline "
                                     "with GPU tolerances), or a list cuda:0,cuda:1 that the ranks take in turn; "
                                     "refused with exit 2 where CUDA is not available")
+    add_option(run, "process_group", help="a default process group in every world besides the scenario's own "
+                                          "needs: gloo or nccl (default: none)")
+    add_option(run, "rpc", help="no: worlds without an RPC agent, for scenarios of collectives only (with "
+                                "--process-group); the default is yes")
     add_option(run, "schedule", default="free",
                help="the order of each world's steps: free (the operating system's, the default), controlled "
                     "(random), pct or pct:D, dpor, or replay:... ; with --repeat N a controlled run explores N "
@@ -339,6 +343,9 @@ def _job(sc: Scenario, args: argparse.Namespace, size: int, names: tuple[str, ..
     options = {"faults": plan, "fuzz": args.fuzz, "schedule": args.schedule}
     if getattr(args, "device", None):  # a CPU run's tokens stay as they were
         options["devices"] = args.device
+    for name in ("process_group", "rpc"):  # given: carried by the tokens; left out: the scenario's own
+        if getattr(args, name, None) is not None:
+            options[name] = getattr(args, name)
     repro = Repro(world_size=size, seed=seed, scenario=sc.name, names=names, config=overrides, options=options)
     return Job(sc, repro, label)
 

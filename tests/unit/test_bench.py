@@ -133,3 +133,16 @@ def test_the_bring_up_picture_draws_all_three_ways(tmp_path):
         assert name in text, name
     bench.write_growth_picture(rows, str(tmp_path / "two.svg"))
     assert "reused world" not in (tmp_path / "two.svg").read_text(), "no reuse section run: two curves"
+
+
+def test_the_table_quotes_the_collective_worlds_against_torchs_multiprocesstestcase():
+    from rpc_harness.apps.bench import table
+
+    figures = {"collectives": {"fresh_median_s": 0.12, "reused_median_s": 0.004, "first_s": 2.0, "runs": 30,
+                               "torch_median_s": 6.0, "torch_runs": 5, "torch_over_fresh": 50.0,
+                               "torch_over_reused": 1500.0}}
+    text = table(figures)
+    assert ("| 4-rank gloo all_reduce test in a fresh collective world (rpc_world, rpc=False) / under torch's "
+            "MultiProcessTestCase (median) | 0.120 s | 6.00 s | 50x |") in text
+    assert "| the same test as an entry in a reused collective world (rpc_world_module) / under " in text
+    assert "| 4.0 ms | 6.00 s | 1500x |" in text

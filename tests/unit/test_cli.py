@@ -59,6 +59,11 @@ def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):
                                    "0..2**63-1 (see rpc-harness run --help)"),
         (["run", "--device", "tpu"], "rpc-harness run: error: argument --device: invalid devices 'tpu'; use cpu, cuda, "
                                      "or a list of cuda:N (cpu and cuda stand alone) (see rpc-harness run --help)"),
+        (["run", "--process-group", "mpi"], "rpc-harness run: error: argument --process-group: invalid process_group "
+                                            "'mpi'; use one of: 'gloo' (on the CPU (and CUDA tensors)); 'nccl' (one GPU "
+                                            "a rank) (see rpc-harness run --help)"),
+        (["run", "--rpc", "maybe"], "rpc-harness run: error: argument --rpc: rpc must be True or False, got 'maybe' "
+                                    "(see rpc-harness run --help)"),
         (["--bogus"], "rpc-harness: error: unrecognized arguments: --bogus (see rpc-harness --help)"),
         (["run", "--bogus-flag"], "rpc-harness: error: unrecognized arguments: --bogus-flag (see rpc-harness --help)"),
         ([], "rpc-harness: error: no command given; one of run, replay, timeline, bench, list "
@@ -265,3 +270,14 @@ def test_list_says_which_scenarios_need_an_extra_and_whether_it_is_installed(mon
         in blocks["rl"].splitlines(), blocks["rl"]
     assert "    needs faker (the [scenarios] extra): installed" in blocks["rnn"].splitlines(), blocks["rnn"]
     assert "needs" not in blocks["ps"], blocks["ps"]
+
+
+def test_run_carries_a_process_group_and_rpc_into_every_worlds_token():
+    from rpc_harness.apps.cli import _parser, plan_jobs
+
+    args = _parser().parse_args(["run", "rl", "--no-fault-checks", "--process-group", "gloo", "--rpc", "no"])
+    (job,) = plan_jobs(args, seed=1)
+    assert job.repro.world_options()["process_group"] == "gloo"
+    assert job.repro.world_options()["rpc"] is False
+    plain = _parser().parse_args(["run", "rl", "--no-fault-checks"])
+    assert "process_group" not in plan_jobs(plain, seed=1)[0].repro.options, "not given: the scenario's own"

@@ -44,7 +44,7 @@ def leaving(monkeypatch, graceful_word: bool):
     sent: list[object] = []
     life = _lifecycle.Lifecycle(ctx=Ctx(), events=Events(), send=sent.append, conn=Pipe(msg.Shutdown(graceful_word)),
                                 init_method="file:///nowhere", rpc_timeout=60.0, spawned=False)
-    life.joined = True
+    life.joined = life.announced = True  # through init_rpc, and the supervisor told
     return life, calls, sent
 
 

@@ -137,7 +137,7 @@ SAMPLES = {
     "seed": 7, "deadline": 5.0, "bringup": 6.0, "rpc_timeout": 4.0, "faults": "kill:worker1@x.step#2",
     "failpoints": ["x.step"], "fuzz": 0.01, "env": {"A": "1"}, "isolate": False, "rendezvous": "gloo",
     "setup": "programs.fake_dataset:use_fake_dataset", "schedule": "pct:2", "devices": "cuda",
-    "expect": "unfinished",
+    "expect": "unfinished", "process_group": "gloo", "rpc": False,
 }
 
 

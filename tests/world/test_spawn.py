@@ -181,7 +181,7 @@ def test_a_plan_aimed_at_a_name_the_program_never_uses_fails_naming_the_real_one
 
 
 def test_programs_that_do_not_join_as_started_are_told_why(rpc_world):
-    with pytest.raises(WorldFailed, match="programs.echo:never_joins returned without calling rpc.init_rpc"):
+    with pytest.raises(WorldFailed, match="programs.echo:never_joins returned without calling rpc.init_rpc or dist.init_process_group"):
         rpc_world.spawn(echo.never_joins, args=(2,), nprocs=2)
     with pytest.raises(WorldFailed, match=r"init_rpc\(world_size=1\) in a world the harness started with 2 processes"):
         rpc_world.spawn(echo.joins_a_smaller_world, args=(2,), nprocs=2, bringup=10)

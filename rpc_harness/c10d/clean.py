@@ -1,0 +1,123 @@
+"""What an entry of a reused collective world must leave behind, checked in
+each rank between entries (called by ``rpc_harness._clean``): the rules
+a collective world adds to an RPC world's.
+
+Read from what torch itself keeps (measured on torch 2.13, gloo): the
+default group's ``_get_sequence_number_for_group()`` counts the collectives
+it ran (``new_group`` does not move it); ``distributed_c10d._world.pg_map``
+holds every group this process made until ``destroy_process_group`` ends
+it; an ``async_op`` handle is a ``dist.Work``, found among what live
+objects refer to (it is not a garbage-collected container itself), and
+``is_completed()`` says whether its collective finished.
+
+The ranks compare their sequence numbers through the world's store, never
+through the group itself: where they differ, a collective of the check's
+own would pair with the entry's leftover and wait or mix data. Only where
+every rule but the last holds is the group tried with a collective.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import warnings
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from .group import world_store
+
+PREFIX = "rpc_harness/clean"  # the keys of the sequence numbers, under the group's own prefix of the store
+
+_checks = 0  # checks made so far in this rank: every rank makes the same ones, so keys match
+
+
+def groups_now() -> set[int]:
+    """The process groups alive now (before an entry: those not its own)."""
+    return {id(group) for group in c10d._world.pg_map}
+
+
+def findings(store_path: str, rank: int, world_size: int, groups_before: set[int], *, thorough: bool,
+             wait: float) -> list[tuple[str, str]]:
+    """``(rule, text)`` for each collective rule of ``_clean.RULES`` this
+    rank breaks; ``wait``: seconds to wait for every peer's word. Pending
+    handles are looked for only in a ``thorough`` check (a scan of live
+    objects, ~0.3 s): one its peers never issued shows in the quick check's
+    sequence numbers already."""
+    global _checks
+    _checks += 1
+    group = c10d.GroupMember.WORLD
+    if group is None:
+        return [("group", "has no default group any more: the entry destroyed it (dist.destroy_process_group())")]
+    found = [("work", text) for text in pending_work()] if thorough else []
+    left = [pg for pg in c10d._world.pg_map if id(pg) not in groups_before and pg is not group]
+    if left:
+        described = ", ".join(_describe(pg) for pg in left[:5])
+        found.append(("subgroups", f"still has {len(left)} subgroup(s) the entry made: {described}"))
+    sequence = group._get_sequence_number_for_group()
+    peers = _exchange(store_path, rank, world_size, (sequence, bool(found)), wait)
+    others = {peer: number for peer, (number, _) in peers.items() if number != sequence}
+    if others:
+        found.append(("sequence", f"is at collective #{sequence} of the default group, but "
+                                  + ", ".join(f"rank {peer} at #{number}" for peer, number in sorted(others.items()))))
+    # Every rank decides alike from what all said: a collective only where
+    # every rank is clean so far, so that none waits in it alone.
+    if len(peers) == world_size and not any(dirty for _, dirty in peers.values()) and not others:
+        found += [("group", text) for text in _try(group, world_size)]
+    return found
+
+
+def pending_work(limit: int = 5) -> list[str]:
+    """The ``async_op`` handles live objects of this rank hold whose
+    collective has not completed."""
+    works: dict[int, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated objects warn as they are looked at
+        for holder in gc.get_objects():
+            for ref in gc.get_referents(holder):
+                if isinstance(ref, dist.Work) and id(ref) not in works and not ref.is_completed():
+                    works[id(ref)] = ref
+    if not works:
+        return []
+    return [f"holds {len(works)} work handle(s) of async_op collectives that have not completed: an "
+            "async_op=True collective never waited for, or one its peers never issued"]
+
+
+def _exchange(store_path: str, rank: int, world_size: int, mine: tuple[int, bool],
+              wait: float) -> dict[int, tuple[int, bool]]:
+    """Every rank's (sequence number, found something), through the world's
+    store (those that said theirs within ``wait`` seconds)."""
+    store = world_store(store_path)
+    key = f"{PREFIX}/{_checks}"
+    store.set(f"{key}/{rank}", pickle.dumps(mine))
+    numbers = {}
+    for peer in range(world_size):
+        try:
+            store.wait([f"{key}/{peer}"], timedelta(seconds=wait))
+        except (RuntimeError, dist.DistStoreError):  # did not answer: its own check says why
+            continue
+        numbers[peer] = pickle.loads(store.get(f"{key}/{peer}"))
+    return numbers
+
+
+def _try(group: Any, world_size: int) -> list[str]:
+    tensor = torch.ones(1)
+    try:
+        dist.all_reduce(tensor, group=group)
+    except Exception as error:  # noqa: BLE001 - the finding says what it was
+        return [f"cannot run a collective over the default group: {type(error).__name__}: {error}"]
+    if tensor.item() != world_size:
+        return [f"an all_reduce of ones over the default group gave {tensor.item():g}, not {world_size}"]
+    return []
+
+
+def _describe(group: Any) -> str:
+    name = c10d._world.pg_names.get(group, "?")
+    try:
+        ranks = sorted(c10d.get_process_group_ranks(group))
+    except (RuntimeError, ValueError):
+        ranks = []
+    return f"group {name!r} of ranks {ranks}"

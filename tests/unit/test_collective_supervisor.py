@@ -1,0 +1,71 @@
+"""The supervisor's rule for deaths in collective worlds (issue 39), on a
+supervisor fed by hand: a survivor whose collective failed because a peer
+was killed by the plan is stopped by that kill, not failed, even when its
+failure reaches the supervisor before the killed rank's exit does (a race
+the world tests cannot force)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from rpc_harness import _messages as msg
+from rpc_harness import result as R
+from rpc_harness._boot import rank_file
+from rpc_harness._supervisor import Supervisor
+from rpc_harness.events import FaultFired
+from rpc_harness.spec import make_spec
+
+CLOSED = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:14239"
+
+
+def _supervisor(tmp_path, **options):
+    spec = make_spec("programs.echo:echo", 3, **options)
+    supervisor = Supervisor(spec, str(tmp_path), start_rank=lambda boot: None)
+    supervisor.procs = [SimpleNamespace(pid=None) for _ in range(3)]  # nothing to signal
+    supervisor.running = {0, 1, 2}
+    return supervisor
+
+
+def _killed_by_the_plan(tmp_path, rank):
+    fired = FaultFired(t=0.0, rank=rank, fault=f"kill:worker{rank}@step#3", kind="kill", point="step", hit=3)
+    with open(rank_file(str(tmp_path), rank, "events"), "w") as log:
+        log.write(json.dumps(fired.as_event()) + "\n")
+
+
+def test_a_survivor_failing_after_a_planned_kill_is_stopped_by_it(tmp_path):
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    _killed_by_the_plan(tmp_path, 2)
+    supervisor._on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    outcome = supervisor.outcomes[0]
+    assert outcome.status == R.STOPPED and not outcome.failed
+    assert outcome.stopped_because.startswith("rank 2 (worker2) was killed by the fault plan, and a collective")
+    assert outcome.stopped_because.endswith(f"(it had raised: {CLOSED})")
+
+
+def test_a_survivor_failing_after_a_peer_died_is_stopped_by_its_death(tmp_path):
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    dead = subprocess.Popen(["true"])  # exits at once; a zombie until waited for, as a rank until its forkserver reaps it
+    try:
+        while not open(f"/proc/{dead.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            time.sleep(0.01)
+        supervisor.procs[2] = SimpleNamespace(pid=dead.pid)
+        supervisor._on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    finally:
+        dead.wait()
+    outcome = supervisor.outcomes[0]
+    assert outcome.status == R.STOPPED and outcome.stopped_because.startswith("rank 2 (worker2) died, and a collective")
+    assert supervisor.outcomes[1].stopped_because == supervisor.ended_by, "the other survivor is stopped by it too"
+
+
+@pytest.mark.parametrize("options", [{"process_group": "gloo"}, {}], ids=["no kill", "not collective"])
+def test_a_failure_is_a_failure_without_a_planned_kill_or_in_an_rpc_world(tmp_path, options):
+    supervisor = _supervisor(tmp_path, **options)
+    if not options:
+        _killed_by_the_plan(tmp_path, 2)  # an RPC world's survivors may handle a dead peer: their failures count
+    supervisor._on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    assert supervisor.outcomes[0].status == R.RAISED
