@@ -7,8 +7,9 @@ the rank the plan killed is the one that died, the fault fired, no survivor
 hangs (each raises from its collective or is stopped by the harness, before
 the deadline), and the verdict names the victim and says the kill was
 planned. A planned ``raise`` is reported from the rank that raised: the
-verdict names it and its step, and the peers that failed after it are
-named as following it, not as causes.
+verdict names it and its step (and the rank that reported it, when its
+error reached the world through an RPC that called it), and the peers
+that failed after it are named as following it, not as causes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ SURVIVOR_ENDINGS = (OK, RAISED, STOPPED)
 def planned(world: WorldResult, kind: str) -> list[Any]:
     """The faults of ``kind`` the plan holds."""
     return [fault for fault in world.faults.faults if fault.kind == kind]
+
+
+def reporter(world: WorldResult, origin: Any) -> Any:
+    """The rank that reported ``origin``'s planned raise: itself, when its
+    own code raised, or a rank whose RPC to it raised the same error (the
+    ddp_rpc master's call to a trainer); None when nobody did."""
+    mark = f"(rank {origin.rank}, {origin.name})"  # how an InjectedFault names where it fired
+    reported = [r for r in world.ranks if r.status == RAISED and "InjectedFault" in (r.error or "")
+                and mark in (r.error or "") + (r.traceback or "")]
+    return origin if origin in reported else (reported[0] if reported else None)
 
 
 def collective_contract(world: WorldResult) -> Verdict:
@@ -50,17 +61,20 @@ def collective_contract(world: WorldResult) -> Verdict:
         if rank in origins:
             if rank.status == KILLED and (rank.rank, "kill") not in fired:
                 problems.append(f"{rank.label} was killed but no kill of the plan fired in it")
-            if rank.status != KILLED and not (rank.status == RAISED and "InjectedFault" in (rank.error or "")):
-                problems.append(f"{rank.label}: its planned raise fired but it {rank.describe()}")
+            if rank.status != KILLED and reporter(world, rank) is None:
+                problems.append(f"{rank.label}: its planned raise fired but no rank reported it: {rank.describe()}")
         elif rank.status not in SURVIVOR_ENDINGS:
             problems.append(rank.describe())
     if problems:
         return Verdict(False, "; ".join(problems) + "\n" + world.report(output_lines=10))
     first = min(origins, key=lambda r: min((f.t for f in r.fired_faults()), default=float("inf")))
-    how = {KILLED: "killed as planned", RAISED: "raised as planned"}[first.status]
+    how = "killed as planned" if first.status == KILLED else "raised as planned"
     where = ", ".join(f"{f.point} #{f.hit}" for f in first.fired_faults() if f.kind in ("kill", "raise"))
-    after = [r for r in world.ranks if r is not first and r.status == RAISED]
+    told = reporter(world, first) if first.status != KILLED else first
+    after = [r for r in world.ranks if r is not first and r is not told and r.status == RAISED]
     note = f"{first.name} {how} at {where}"
+    if told is not None and told is not first:
+        note += f" (reported by {told.name}, which called it)"
     if after:
         note += "; after it, " + "; ".join(f"{r.name} raised {(r.error or '').splitlines()[0][:160]}"
                                            for r in after)
