@@ -146,6 +146,11 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_edges.py",
         "tests/unit/test_contracts.py",
     ],
+    # The collective scenarios' shared judge pieces and the DDP judge (issue
+    # 40); fsdp's and ddp_rpc's judges are reached through worlds only.
+    "rpc_harness/scenarios/_verdicts.py": ["tests/unit/test_contracts.py"],
+    "rpc_harness/scenarios/_collective.py": ["tests/unit/test_collective_judges.py"],
+    "rpc_harness/scenarios/ddp/judge.py": ["tests/unit/test_collective_judges.py"],
     # -- the rest of the library (issue 38): pure modules with unit tests first.
     "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [

@@ -58,6 +58,8 @@ WRV = "tests/world/test_rendezvous.py::"
 EX = "tests/unit/test_explore.py::"
 CW = "tests/world/test_collectives.py::"
 CRU = "tests/world/test_collective_reuse.py::"
+UCJ = "tests/unit/test_collective_judges.py::"
+UCO = "tests/unit/test_contracts.py::"
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,31 @@ BUGS = (
         'diff, bad = compare_tensors(got, want,',
         'diff, bad = compare_tensors(got, got,',
         ("tests/world/test_scenario_ps.py::test_planted_unrecorded_update_is_caught_with_a_readable_message",)),
+    # -- issue 40: the collective scenarios' judges and fault contract ------------------------------
+    Bug("ddp gradient check compares the run with itself", "rpc_harness/scenarios/ddp/judge.py",
+        'diff, over, bad = compare_within(got[kind], base[kind],',
+        'diff, over, bad = compare_within(got[kind], got[kind],',
+        (UCJ + "test_the_ddp_judge_names_the_first_parameter_step_and_rank_that_differ",
+         "tests/world/test_scenario_ddp.py::test_a_planted_bug_is_named_by_parameter_and_step")),
+    Bug("ddp judge counts the expected tensors from the run", "rpc_harness/scenarios/ddp/judge.py",
+        "result.expected += len(base[kind])", "result.expected += present",
+        (UCJ + "test_the_ddp_judge_counts_a_missing_tensor_or_step_as_not_compared",)),
+    Bug("fsdp check compares the run with itself", "rpc_harness/scenarios/fsdp/judge.py",
+        "got[kind], base[kind], base[BOUNDS[kind]],", "got[kind], got[kind], base[BOUNDS[kind]],",
+        ("tests/world/test_scenario_fsdp.py::test_a_planted_bug_is_named_by_parameter_step_and_shard",)),
+    Bug("ddp_rpc check compares the run with itself", "rpc_harness/scenarios/ddp_rpc/judge.py",
+        "diff, over, bad = compare_within(got[kind], want, bounds,",
+        "diff, over, bad = compare_within(got[kind], got[kind], bounds,",
+        ("tests/world/test_scenario_ddp_rpc.py::test_a_planted_bug_is_named_by_parameter_step_and_trainer",)),
+    Bug("collective contract lets a hung or dead survivor pass", "rpc_harness/scenarios/_verdicts.py",
+        "elif rank.status not in SURVIVOR_ENDINGS:", "elif rank.status not in SURVIVOR_ENDINGS and False:",
+        (UCO + "test_collective_a_survivor_that_hung_or_died_breaks_the_contract",)),
+    Bug("collective contract takes an unreported raise", "rpc_harness/scenarios/_verdicts.py",
+        "if rank.status != KILLED and reporter(world, rank) is None:", "if False:",
+        (UCO + "test_collective_a_raise_nobody_reported_breaks_the_contract",)),
+    Bug("collective contract takes a kill the plan did not fire", "rpc_harness/scenarios/_verdicts.py",
+        'if rank.status == KILLED and (rank.rank, "kill") not in fired:', "if False:",
+        (UCO + "test_collective_a_kill_that_never_ended_a_rank_or_struck_the_wrong_one_breaks_the_contract",)),
     # -- issue 24: the guards around the capabilities, one bug for each --------------------------
     Bug("1 spawn keeps the program's own env:// rendezvous", "rpc_harness/_lifecycle.py",
         "self.ctx, self.init_method if init_method == DEFAULT_INIT_METHOD else init_method, timeout,",

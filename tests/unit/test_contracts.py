@@ -139,3 +139,90 @@ def test_a_cuda_worlds_unextractable_value_is_explained_in_the_ranks_line():
     assert "threading.Condition(threading.Lock())" in line
     other = rpc_harness.RankOutcome(1, "trainer1", status="raised", error="ValueError: x", phase="entry").describe()
     assert "[" not in other
+
+
+# -- the collective scenarios: a planned failure ends the world, named -------------------------
+
+from rpc_harness.result import DIED, HUNG, STOPPED  # noqa: E402
+from rpc_harness.scenarios import _verdicts  # noqa: E402
+
+
+def fired(rank, fault, kind, point, hit, t=100.0):
+    return FaultFired(t, rank, fault, kind, point, hit).as_event()
+
+
+KILL = "kill:worker1@ddp.step#3"
+
+
+def killed_world(survivor=RAISED, victim=KILLED, events=True, timed_out=False):
+    kill = [fired(1, KILL, "kill", "ddp.step", 3)] if events else []
+    ranks = [outcome(0, "worker0", survivor, error="RuntimeError: Connection closed by peer"),
+             outcome(1, "worker1", victim, events=kill),
+             outcome(2, "worker2", STOPPED)]
+    made = world(("worker0", "worker1", "worker2"), ranks, faults=KILL)
+    made.timed_out = timed_out
+    return made
+
+
+def test_collective_a_planned_kill_that_ended_the_world_meets_the_contract_naming_the_victim():
+    verdict = _verdicts.collective_contract(killed_world())
+    assert verdict.ok and verdict.details["origin"] == "worker1"
+    assert verdict.note.startswith("worker1 killed as planned at ddp.step #3; after it, worker0 raised RuntimeError")
+    assert verdict.note.endswith("worker2 stopped by the harness")
+
+
+def test_collective_a_survivor_that_hung_or_died_breaks_the_contract():
+    for survivor in (HUNG, DIED):
+        verdict = _verdicts.collective_contract(killed_world(survivor=survivor))
+        assert not verdict.ok and verdict.note.startswith("rank 0 (worker0): ")
+    verdict = _verdicts.collective_contract(killed_world(timed_out=True))
+    assert not verdict.ok and verdict.note.startswith("the world hung until its deadline of 60s")
+
+
+def test_collective_a_kill_that_never_ended_a_rank_or_struck_the_wrong_one_breaks_the_contract():
+    nobody = _verdicts.collective_contract(killed_world(victim=OK, events=False))
+    assert not nobody.ok and nobody.note.startswith(f"the planned kill never ended a rank: {KILL}")
+    unplanned = _verdicts.collective_contract(killed_world(events=False))
+    assert not unplanned.ok and "rank 1 (worker1) was killed but no kill of the plan fired in it" in unplanned.note
+
+
+RAISE = "raise:worker2@ddp.step#2"
+INJECTED = f"InjectedFault: injected fault {RAISE} fired on hit 2 (rank 2, worker2)"
+
+
+def raised_world(origin_status=RAISED, origin_error=INJECTED, caller_error=None):
+    ranks = [outcome(0, "worker0", RAISED if caller_error else STOPPED, error=caller_error),
+             outcome(1, "worker1", RAISED, error="RuntimeError: Connection reset by peer"),
+             outcome(2, "worker2", origin_status, error=origin_error,
+                     events=[fired(2, RAISE, "raise", "ddp.step", 2)])]
+    return world(("worker0", "worker1", "worker2"), ranks, faults=RAISE)
+
+
+def test_collective_a_planned_raise_is_reported_from_its_rank_and_the_others_follow_it():
+    verdict = _verdicts.collective_contract(raised_world())
+    assert verdict.ok and verdict.details["origin"] == "worker2"
+    assert verdict.note == ("worker2 raised as planned at ddp.step #2; after it, worker1 raised RuntimeError: "
+                            "Connection reset by peer; worker0 stopped by the harness")
+
+
+def test_collective_a_raise_reported_through_the_rpc_that_called_it_names_the_caller():
+    via = _verdicts.collective_contract(raised_world(origin_status=STOPPED, origin_error=None,
+                                                     caller_error=f"RuntimeError: {INJECTED} (raised on worker2)"))
+    assert via.ok and via.note.startswith("worker2 raised as planned at ddp.step #2 (reported by worker0, which "
+                                          "called it)")
+
+
+def test_collective_a_raise_nobody_reported_breaks_the_contract():
+    lost = _verdicts.collective_contract(raised_world(origin_status=STOPPED, origin_error=None))
+    assert not lost.ok and lost.note.startswith("rank 2 (worker2): its planned raise fired but no rank reported it")
+    # An InjectedFault from another rank's fault is not this one's report.
+    other = INJECTED.replace("(rank 2, worker2)", "(rank 1, worker1)")
+    assert not _verdicts.collective_contract(raised_world(origin_error=other)).ok
+
+
+def test_collective_a_clean_world_with_a_failure_breaks_the_contract():
+    names = ("worker0", "worker1")
+    assert _verdicts.collective_contract(world(names, [outcome(0, "worker0"), outcome(1, "worker1")])).ok
+    failed = world(names, [outcome(0, "worker0"), outcome(1, "worker1", RAISED, error="ValueError: x")])
+    verdict = _verdicts.collective_contract(failed)
+    assert not verdict.ok and verdict.note.startswith("rank 1 (worker1): raised ValueError: x")

@@ -4,6 +4,7 @@ bad input -- one error type, one wording, before any process starts."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from importlib import metadata
 
 import pytest
@@ -13,7 +14,9 @@ from rpc_harness import ScenarioError, WorldSpecError
 from rpc_harness import scenario as registry
 from rpc_harness.apps.cli import main
 
-BUILT_IN = ("ps", "rl", "rnn")
+BUILT_IN = ("ps", "rl", "rnn")  # the RPC scenarios: two ranks at least
+COLLECTIVE = ("ddp", "fsdp", "ddp_rpc")  # the collective ones: ddp and fsdp run on one rank
+EVERY = BUILT_IN + COLLECTIVE
 
 
 class Started(Exception):
@@ -34,8 +37,8 @@ def no_world(monkeypatch):
 
 
 def test_the_built_in_scenarios_are_registered_by_entry_point_and_have_the_shape():
-    assert set(BUILT_IN) <= set(registry.available())
-    for name in BUILT_IN:
+    assert set(EVERY) <= set(registry.available())
+    for name in EVERY:
         sc = registry.load(name)
         assert isinstance(sc, rpc_harness.Scenario) and sc.name == name
         fields = {f.name: f.default for f in dataclasses.fields(sc.config_type)}
@@ -60,7 +63,31 @@ def test_a_bad_world_size_is_one_error_everywhere_before_any_world(no_world, nam
     assert no_world == []
 
 
-@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize(("name", "least", "message"), [
+    ("ddp", 0, "invalid world_size 0; the scenario needs >= 1 ranks (one DDP rank)"),
+    ("fsdp", 0, "invalid world_size 0; the scenario needs >= 1 ranks (one FSDP rank)"),
+    ("ddp_rpc", 2, "invalid world_size 2; the scenario needs >= 3 ranks (a master, a parameter server and a "
+                   "trainer)"),
+])
+def test_a_collective_scenario_refuses_a_world_below_its_least(no_world, name, least, message):
+    with pytest.raises(WorldSpecError, match=f"^{name}: {re.escape(message)}"):
+        registry.load(name).names(least)
+    with pytest.raises(WorldSpecError, match=f"^{name}: "):
+        rpc_harness.run_scenario(name, world_size=least)
+    assert no_world == []
+
+
+def test_fsdp_refuses_a_reshard_size_that_does_not_divide_the_world_before_any_world(no_world):
+    with pytest.raises(WorldSpecError, match="reshard_after_forward=2 must divide the world size 3"):
+        rpc_harness.run_scenario("fsdp", {"reshard_after_forward": "2"}, world_size=3)
+    with pytest.raises(WorldSpecError, match="reshard_after_forward must be true, false or a whole number >= 2"):
+        rpc_harness.run_scenario("fsdp", {"reshard_after_forward": "sometimes"}, world_size=2)
+    with pytest.raises(WorldSpecError, match="plant must be one of"):
+        rpc_harness.run_scenario("ddp", {"plant": "typo"}, world_size=2)
+    assert no_world == []
+
+
+@pytest.mark.parametrize("name", EVERY)
 def test_run_defaults_to_the_scenarios_default_world_size(no_world, name):
     sc = registry.load(name)
     with pytest.raises(Started):
@@ -68,7 +95,7 @@ def test_run_defaults_to_the_scenarios_default_world_size(no_world, name):
     assert no_world[0]["names"] == sc.names(sc.default_world_size)
 
 
-@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize("name", EVERY)
 def test_a_bad_config_is_refused_naming_the_field(no_world, name):
     sc = registry.load(name)
     with pytest.raises(WorldSpecError, match=f"^{name} config: no field 'nope'; fields: "):

@@ -15,6 +15,7 @@ import rpc_harness
 from rpc_harness.apps import torchrun
 from rpc_harness.errors import FaultPlanError, UsageError
 from rpc_harness.rank_setup import rpc_backend
+from rpc_harness.scenario import available
 
 
 def test_launch_env_reads_torchrun_variables_and_names_what_is_missing():
@@ -64,7 +65,7 @@ def test_scenario_loading_config_overrides_and_fault_plans():
         torchrun.build_config(scenario, ["steps=0"])
     with pytest.raises(UsageError, match="cannot load scenario 'no_such_scenario_module:X'"):
         torchrun.load_scenario("no_such_scenario_module:X")
-    with pytest.raises(UsageError, match="unknown scenario 'chess'; registered scenarios: ps, rl, rnn"):
+    with pytest.raises(UsageError, match=f"unknown scenario 'chess'; registered scenarios: {', '.join(available())}$"):
         torchrun.load_scenario("chess")
     with pytest.raises(UsageError, match="is not a scenario: it lacks name"):
         torchrun.load_scenario("json:JSONDecoder")

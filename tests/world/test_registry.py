@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from rpc_harness.scenario import available
+
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -96,4 +98,4 @@ def test_a_scenario_registered_by_another_package_runs_replays_benches_and_draws
 def test_without_the_package_the_scenario_is_unknown_by_name(tmp_path):
     result = run(dict(os.environ), tmp_path, "-m", "rpc_harness", "run", "tiny")
     assert result.returncode == 2
-    assert "unknown scenario 'tiny'; registered scenarios: ps, rl, rnn" in result.stderr
+    assert f"unknown scenario 'tiny'; registered scenarios: {', '.join(available())}\n" in result.stderr

@@ -1,0 +1,159 @@
+"""What the collective scenarios (``ddp``, ``fsdp``, ``ddp_rpc``) share: the
+process group, the judge's rounding bound, and comparison against it.
+
+The bound. A data-parallel run and its one-process baseline compute the
+same sums in another order and nothing else: the baseline adds the N
+per-sample terms of a gradient in one pass; a rank adds its own share,
+divides, and the ranks' partial means are added by the collective and
+divided again. Recursive summation of n float32 terms errs by at most
+``gamma(n-1) * sum |x_i|`` (Higham, *Accuracy and Stability of Numerical
+Algorithms*, Thm 4.1; ``gamma(n) = n*u/(1-n*u)``, ``u = 2**-24``), whatever
+the order, so two orders differ by at most twice that. Each term is itself
+a product of dot products over the layers' fan-ins (the forward and the
+backward of one sample), computed by kernels that block a batch of 8 and a
+batch of 32 differently: another ``F = sum of fan-ins`` roundings of each
+term's magnitude. Hence, for every element of a gradient tensor::
+
+    |g_run - g_base| <= 2 * (N + F) * u * M  +  atol + rtol * |g_base|
+
+where ``M`` is the largest, over the tensor's elements, of ``sum_i |c_i|``,
+the sum of an element's absolute per-sample contributions (computed by
+the baseline, one sample's gradient at a time). The largest over the
+tensor, not each element's own: a term that is itself a cancellation
+carries the rounding of the layer's magnitudes, not of its value. Measured
+on the fsdp scenario at 3 ranks: the gradient of an attention layer's key
+bias is exactly zero (softmax ignores a shift of the keys), each per-sample
+term 1e-14, and the run's 6.7e-9, the rounding of the bias's other
+(query, value) elements' scale; an embedding row of a rare token likewise.
+``M`` and not ``|g|`` is the scale: a gradient element that cancels to near
+zero carries the rounding of its terms. The config's ``atol`` and ``rtol``
+(0 by default) are slack on top of the derived bound, not instead of it.
+
+A parameter after an SGD step, ``p - lr * g``, differs by ``lr`` times its
+gradient's bound plus one rounding of the subtraction on each side
+(``2 * u * |p|``): the baseline replays every step from the run's own
+parameters before it (as the parameter-server baseline replays its
+versions), so a step's check is the rounding of that step alone, not of
+the steps before it; the chain of steps is checked link by link, and the
+first parameters against the seeded initial ones bit for bit.
+
+What the bound leaves out: a ReLU whose input lies within rounding of zero
+takes the other branch in one run (one term of a sum moves; see
+``_device.py``). At these sizes (a few hundred pre-activations a step,
+each O(1), rounding 1e-7) that is about one step in 10**4 and would show
+as a mismatch of one element, by far more than rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from rpc_harness.gradcheck import Mismatch, max_differences
+
+# float32's unit roundoff.
+U32 = 2.0**-24
+
+
+def process_group(ctx: Any) -> None:
+    """The world's default process group (gloo), made from the world's
+    folder when the world did not make one itself."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    dist.init_process_group("gloo", init_method=f"file://{ctx.workdir}/process_group", rank=ctx.rank,
+                            world_size=ctx.world_size)
+
+
+def reassociation_bound(magnitude: torch.Tensor, terms: int, fan_in: int, unit: float = U32) -> torch.Tensor:
+    """The largest difference two summation orders of one gradient can make,
+    element by element (the module docstring derives it): ``2 * (terms +
+    fan_in) * unit`` times the tensor's largest ``magnitude``."""
+    scale = float(magnitude.double().max()) if magnitude.numel() else 0.0
+    return torch.full(magnitude.shape, 2.0 * (terms + fan_in) * unit * scale, dtype=torch.float64)
+
+
+def per_sample_magnitude(model: torch.nn.Module, sample_loss: Callable[..., torch.Tensor],
+                         inputs: torch.Tensor, targets: torch.Tensor, scale: float) -> dict[str, torch.Tensor]:
+    """``sum_i |d(scale * loss_i)/d(theta)|`` for every parameter: the
+    magnitude ``M`` of the bound, one sample's gradient at a time
+    (``sample_loss(output, target)`` is the loss of a batch of one sample;
+    ``scale`` its weight in the batch's loss, e.g. ``1/N`` for a mean).
+    A loop, not ``torch.func.vmap``: vmap's first call costs ~4 s of set-up,
+    the loop milliseconds at these sizes."""
+    params = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    total = {name: torch.zeros(p.shape, dtype=torch.float64) for name, p in params}
+    for x, y in zip(inputs, targets, strict=True):
+        loss = scale * sample_loss(model(x.unsqueeze(0)), y.unsqueeze(0))
+        grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
+        for (name, _), g in zip(params, grads, strict=True):
+            if g is not None:
+                total[name] += g.detach().double().abs()
+    return total
+
+
+def compare_within(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor],
+                   bounds: Mapping[str, torch.Tensor], *, scenario: str, step: Any, rank: str, seed: int,
+                   what: str, atol: float = 0.0, rtol: float = 0.0,
+                   owner: Callable[[torch.Tensor], str] | None = None) -> tuple[float, float, list[Mismatch]]:
+    """Every tensor of ``expected`` against ``actual`` within its
+    element-wise bound plus ``atol + rtol * |e|``. Returns the largest
+    absolute difference, the largest ratio of a difference to its bound
+    (above 1: a mismatch), and the mismatches; a mismatch's ``atol`` is the
+    bound at its worst element, so its line says by how much against what.
+    ``owner(bad)``, given the mask of the elements out of bounds, names the
+    rank that holds the first of them (a sharded tensor's), in place of ``rank``."""
+    worst_diff, worst_ratio, mismatches = 0.0, 0.0, []
+    for name in sorted(set(actual) | set(expected)):
+        if name not in actual or name not in expected:
+            side = "distributed run" if name not in actual else "baseline"
+            mismatches.append(Mismatch(scenario, step, rank, f"{name} (missing in the {side})", float("inf"),
+                                       float("inf"), atol, rtol, seed, what))
+            continue
+        a = torch.as_tensor(actual[name]).detach().double()
+        e = torch.as_tensor(expected[name]).detach().double()
+        if a.shape != e.shape:
+            mismatches.append(Mismatch(scenario, step, rank, f"{name} (shape {tuple(a.shape)}, baseline "
+                                       f"{tuple(e.shape)})", float("inf"), float("inf"), atol, rtol, seed, what))
+            continue
+        allowed = bounds[name].double() + atol + rtol * e.abs()
+        diff = (a - e).abs()
+        # 0/0 is no difference; a difference where nothing is allowed is infinitely over; NaN is never close.
+        ratio = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed)
+        ratio = torch.nan_to_num(ratio, nan=float("inf"))
+        max_abs, max_rel = max_differences(a, e)
+        worst_diff = max(worst_diff, max_abs)
+        if ratio.numel():
+            at = int(ratio.argmax())
+            worst_ratio = max(worst_ratio, float(ratio.flatten()[at]))
+            bad = ~(diff <= allowed)  # NaN compares false
+            if bool(bad.any()):
+                where = owner(bad) if owner is not None else rank
+                mismatches.append(Mismatch(scenario, step, where, name, max_abs, max_rel,
+                                           float(allowed.flatten()[at]), rtol, seed, what))
+    return worst_diff, worst_ratio, mismatches
+
+
+def shard_owner(bad: torch.Tensor, world_size: int) -> str:
+    """The worker whose FSDP shard holds the first element marked in ``bad``:
+    fully_shard splits dim 0 into ``world_size`` chunks of ``ceil(rows / world_size)``."""
+    if bad.dim() == 0:
+        return "worker0"
+    row = int(bad.reshape(bad.shape[0], -1).any(dim=1).nonzero()[0])
+    chunk = -(-bad.shape[0] // world_size)
+    return f"worker{row // chunk}"
+
+
+def parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of every parameter, by name, on the CPU."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in module.named_parameters()}
+
+
+def gradients(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of every gradient that exists, by name, on the CPU (a parameter
+    without one, an unused branch's, is absent, as it is in the baseline)."""
+    return {name: p.grad.detach().to("cpu", copy=True) for name, p in module.named_parameters()
+            if p.grad is not None}

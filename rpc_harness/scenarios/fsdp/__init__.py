@@ -1,0 +1,79 @@
+"""FSDP2 (``fully_shard``) training a small transformer, run in full and
+checked step for step against the same model and optimizer in one process
+on the global batch.
+
+The shape of PyTorch's FSDP2 tutorial: ``fully_shard`` on every transformer
+block, then on the root; ``torch.optim.AdamW`` over the sharded (DTensor)
+parameters; one FSDP rank per world rank over a gloo group. The model: token
+and position embeddings, ``layers`` pre-norm blocks (causal self-attention
+and an MLP), a norm and a head, about 40 thousand parameters by default. The
+data: seeded sequences of a small language in which each token has two
+likely successors (learnable in a few steps); each rank trains on its
+contiguous share of the global batch. Options: ``reshard_after_forward``
+(true, false, or a whole number of ranks), mixed precision (bf16
+parameters, float32 reduction) and activation checkpointing.
+
+After every step the first rank gathers (``full_tensor``) the gradients,
+the AdamW state (``exp_avg``, ``exp_avg_sq``) and the parameters. The
+baseline replays each step from those of the step before, on the whole
+global batch, and every tensor is compared within its derived bound
+(``rpc_harness/scenarios/_collective.py`` for gradients,
+``fsdp/baseline.py`` for AdamW); a mismatch names the rank whose shard
+holds the first bad element. Mixed precision has its own tolerance
+(``fsdp/judge.py``). Fault contract: ``rpc_harness/scenarios/_verdicts.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from rpc_harness.scenario import PackageScenario, check_report, run_scenario
+
+from . import config, judge
+from .baseline import adamw_bounds, baseline
+from .config import (
+    DEFAULT_WORLD_SIZE,
+    FAILPOINTS,
+    MIN_STEPS,
+    MIN_WORLD_SIZE,
+    NAME,
+    PLANTS,
+    STEPS_FIELD,
+    Config,
+    names,
+    validate,
+)
+from .model import Block, Transformer, build_model, global_batch, loss_fn, rank_rows
+from .roles import entry
+
+__all__ = [
+    "DEFAULT_WORLD_SIZE", "FAILPOINTS", "MIN_STEPS", "MIN_WORLD_SIZE", "NAME", "PLANTS", "SCENARIO", "STEPS_FIELD",
+    "Block", "Config", "Transformer", "adamw_bounds", "baseline", "build_model", "check", "entry", "global_batch",
+    "loss_fn", "names", "rank_rows", "run",
+]
+
+
+def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
+    """The contracts ``rpc-harness run`` checks besides the clean world: a
+    slow rank changes nothing; a killed one ends the world, named."""
+    last = names(world_size)[-1]
+    checks = {"slow": f"delay:{last}@fsdp.step=0.02s"}
+    if world_size >= 2:
+        checks["kill"] = f"kill:{last}@fsdp.step#{min(3, config.steps)}"
+    return checks
+
+
+def _replay(config: Config, world_size: int, seed: int, records: judge.Records) -> Any:
+    """The baseline, replaying every step from the parameters and state the run began it with."""
+    return baseline(config, world_size, seed, judge.replay_points(records))
+
+
+SCENARIO = PackageScenario(
+    config, judge, entry=entry, baseline=_replay, fault_checks=_fault_checks, validate=validate,
+    summary="FSDP2 (fully_shard per block and root, AdamW) on a small transformer against one process",
+    metric_name="loss",
+)
+
+run = functools.partial(run_scenario, SCENARIO)
+check = check_report
