@@ -96,6 +96,7 @@ class Gate:
         self._calls = itertools.count(1)
         self._seq: dict[str, itertools.count] = {}
         self._cond_waiters: dict[int, list[str]] = {}
+        self._threads: dict[str, int] = {}  # task -> the ident of the thread that runs it
         threading.Thread(target=self._read, name="rpc-harness-gate", daemon=True).start()
 
     # -- the pipe -----------------------------------------------------------------------
@@ -122,6 +123,8 @@ class Gate:
                         event = self._goes.get(task)
                     if event is not None:
                         event.set()
+                case msg.Look(task):
+                    self.send(self.look(task))
                 case msg.Release():
                     self.release()
                     return
@@ -150,10 +153,31 @@ class Gate:
             self._goes.pop(task, None)
             return self._notified.pop(task, None)
 
+    def look(self, task: str) -> msg.Looked:
+        """Where ``task``'s thread stands now, and the CPU time it has used:
+        evidence for the supervisor's watch on a step that runs on without
+        a scheduling point (``_schedule_link``)."""
+        ident = self._threads.get(task)
+        frame = sys._current_frames().get(ident) if ident is not None else None
+        if frame is None:
+            return msg.Looked(task)
+        try:
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(ident))  # type: ignore[arg-type]
+        except (AttributeError, OSError):  # not Linux, or the thread just ended
+            cpu = -1.0
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frames = []
+        while frame is not None:
+            frames.append((id(frame), frame.f_code.co_filename, frame.f_code.co_name))
+            frame = frame.f_back
+        return msg.Looked(task, tuple(reversed(frames)), where, cpu)
+
     # -- what tasks do --------------------------------------------------------------------
     def begin(self, task: str, label: str, point: str, call: str | None = None) -> None:
         """This thread is now ``task``; it runs once the scheduler says so."""
         _local.task = task
+        with self._lock:
+            self._threads[task] = threading.get_ident()
         if not self.released:
             self._await(task, msg.Begin(task, label, point, call))
 
@@ -202,6 +226,8 @@ class Gate:
         task = getattr(_local, "task", None)
         _local.task = None
         if task is not None:
+            with self._lock:
+                self._threads.pop(task, None)
             self.send(msg.End(task, responds_later, failed, after))
 
     def call_id(self) -> str:

@@ -244,6 +244,21 @@ ToScheduler = (Begin | At | Block | End | Issued | Completed | Following | Follo
                | Unscheduled)
 
 
+@dataclass(frozen=True)
+class Looked:
+    """Where the thread of ``task`` (the running task, asked by :class:`Look`)
+    stands: its stack, outermost frame first, each frame as ``(frame id,
+    file, function)`` (``()`` when the task has no live thread), the line it
+    is at (``file:line in function``), and the seconds of CPU its thread
+    has used (negative when unknown). For the supervisor's stall watch,
+    not the scheduler."""
+
+    task: str
+    frames: tuple = ()
+    where: str = ""
+    cpu: float = -1.0
+
+
 # -- scheduler -> rank ----------------------------------------------------------------------
 
 
@@ -253,6 +268,13 @@ class Go:
 
     task: str
     notified: bool = True
+
+
+@dataclass(frozen=True)
+class Look:
+    """Say where ``task``'s thread stands now (answered by :class:`Looked`)."""
+
+    task: str
 
 
 @dataclass(frozen=True)

@@ -1161,6 +1161,24 @@ BUGS = (
     Bug("38 a world option's duration takes no unit", "rpc_harness/options.py",
         "        try:\n            return parse_seconds(value)\n", "        try:\n            return float(value)\n",
         (OPT + "test_every_duration_takes_the_same_text_forms_through_every_door",)),
+    Bug("41 a spin the schedule caused waits for the deadline and is reported as the program's hang",
+        "rpc_harness/_schedule_link.py",
+        "        if window < SPIN_SECONDS or first.cpu < 0", "        if True or first.cpu < 0",
+        ("tests/world/test_control_lost.py::"
+         "test_a_spin_on_memory_a_waiting_handler_writes_is_named_a_stall_of_the_schedule_not_a_hang",
+         "tests/unit/test_schedule_core.py::"
+         "test_a_step_that_stays_in_the_same_calls_on_a_cpu_while_another_waits_is_named_a_stall_of_the_schedule")),
+    Bug("41 a computation that moves through its code is taken for a spin", "rpc_harness/_schedule_link.py",
+        "        if looks.first is None or looks.first[1].frames != looked.frames:",
+        "        if looks.first is None:",
+        ("tests/unit/test_schedule_core.py::test_a_step_whose_calls_change_keeps_its_turn_however_long_it_runs",)),
+    Bug("41 a step blocked without CPU is taken for a spin", "rpc_harness/_schedule_link.py",
+        " or last.cpu - first.cpu < SPIN_CPU_SHARE * window:", ":",
+        ("tests/unit/test_schedule_core.py::test_a_step_that_uses_no_cpu_is_not_a_spin_and_a_look_is_no_progress",)),
+    Bug("41 the link's own looks count as progress of the world", "rpc_harness/_schedule_link.py",
+        "                    self._looked(message)\n                    continue\n",
+        "                    self._looked(message)\n",
+        ("tests/unit/test_schedule_core.py::test_a_step_that_uses_no_cpu_is_not_a_spin_and_a_look_is_no_progress",)),
 )
 
 

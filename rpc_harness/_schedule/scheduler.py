@@ -448,6 +448,12 @@ class Scheduler:
             return False
         return all(self.calls[c].to in self.frozen for c in self.answers if c in self.calls)
 
+    def waiting_for_turn(self) -> list[str]:
+        """The tasks (and callbacks on answers) that could run but wait for
+        the running step to end, for a report."""
+        ready = [f"{t.id} ({t.label}) at {t.point}" for t in sorted(self.ready.values(), key=lambda t: t.id)]
+        return ready + [f"callback {follower}" for follower in sorted(self.turns)]
+
     def stalled(self) -> str:
         """What the scheduler is waiting for, for a report."""
         parts = []

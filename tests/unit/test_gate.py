@@ -50,3 +50,40 @@ def test_a_sleep_that_control_given_up_let_go_sleeps_its_time_on_the_real_clock(
     scheduler.send(msg.Release())
     thread.join(timeout=30)
     assert not thread.is_alive() and slept and slept[0] >= 0.3
+
+
+def test_a_look_at_a_running_task_says_its_calls_its_line_and_its_cpu_time(gate_and_scheduler):
+    gate, scheduler = gate_and_scheduler
+    stop: list[bool] = []  # plain memory: Event.is_set would be a call of its own in some looks
+
+    def spins_here() -> None:
+        while not stop:
+            pass
+
+    def task() -> None:
+        gate.begin("t", "main", "start")
+        spins_here()
+        gate.end()
+
+    thread = threading.Thread(target=task, daemon=True)
+    thread.start()
+    assert scheduler.poll(30) and isinstance(scheduler.recv(), msg.Begin)
+    scheduler.send(msg.Go("t"))
+    try:
+        looks = []
+        for _ in range(2):
+            time.sleep(0.2)
+            scheduler.send(msg.Look("t"))
+            assert scheduler.poll(30), "no answer to the look"
+            looks.append(scheduler.recv())
+    finally:
+        stop.append(True)
+        thread.join(timeout=30)
+    first, second = looks
+    assert isinstance(first, msg.Looked) and first.task == "t"
+    assert [name for _, _, name in first.frames][-2:] == ["task", "spins_here"], first.frames
+    assert first.frames == second.frames, "the same calls, the same frames"
+    assert "test_gate.py" in first.where and first.where.endswith("in spins_here")
+    assert 0 <= first.cpu < second.cpu, "its thread's own CPU time, growing while it spins"
+    assert gate.look("t") == msg.Looked("t"), "an ended task has no thread to look at"
+    assert gate.look("never") == msg.Looked("never")
