@@ -15,6 +15,13 @@ scheduler can see the end of:
 - ``time.sleep`` (the schedule's clock, likewise);
 - an RRef whose creating ``remote()`` call is a task still to run.
 
+An RPC's timeout (``rpc_sync``'s and ``rpc_async``'s, per call or the
+world's) is on the schedule's clock too: torch is told the call never
+expires, the program gets a future of the gate's (:func:`on_schedule_clock`)
+that takes the answer, or torch's timeout error once the scheduler says the
+schedule's clock passed the timeout (``TimedOut``). Control given up, the
+rest of each timeout runs on the real clock, from when the call was issued.
+
 Any other wait (a future torch made in C++, a lock) is part of the step
 that reached it: the task keeps its turn. If that wait needs another task
 to run, no step ends; the supervisor sees that no rank made progress,
@@ -97,6 +104,7 @@ class Gate:
         self._seq: dict[str, itertools.count] = {}
         self._cond_waiters: dict[int, list[str]] = {}
         self._threads: dict[str, int] = {}  # task -> the ident of the thread that runs it
+        self._timed: dict[str, _Timed] = {}  # calls whose timeout is the schedule's, until they end
         threading.Thread(target=self._read, name="rpc-harness-gate", daemon=True).start()
 
     # -- the pipe -----------------------------------------------------------------------
@@ -123,6 +131,11 @@ class Gate:
                         event = self._goes.get(task)
                     if event is not None:
                         event.set()
+                case msg.TimedOut(call):
+                    with self._lock:
+                        timed = self._timed.get(call)
+                    if timed is not None:  # its program callbacks wait for turns: not on this reader
+                        _thread.start_new_thread(timed.expire, ())
                 case msg.Look(task):
                     self.send(self.look(task))
                 case msg.Release():
@@ -134,8 +147,11 @@ class Gate:
         self.released = True
         with self._lock:
             events = list(self._goes.values())
+            timed = list(self._timed.values())
         for event in events:
             event.set()
+        for call in timed:  # the rest of its timeout, on the real clock, as torch would have timed it
+            _thread.start_new_thread(call.expire, (call.issued + call.seconds,))
 
     def _await(self, task: str, message: msg.ToScheduler) -> bool | None:
         """Send ``message`` and wait for ``task``'s Go (the signal exists
@@ -196,7 +212,7 @@ class Gate:
             return True
         return self._await(task, msg.Block(task, point, on, timeout))
 
-    def issued(self, call: str, to: int, python: bool, rref: str | None) -> None:
+    def issued(self, call: str, to: int, python: bool, rref: str | None, timeout: float | None = None) -> None:
         """The current task issued ``call``: tell the scheduler, which lets it
         go on at once, or once the answer is in when no task of the world's
         makes it (torch answers in C++, or the callee is gone): whether such
@@ -205,11 +221,11 @@ class Gate:
         between steps, and goes on at once."""
         task = current_task()
         if task is not None:
-            self._await(task, msg.Issued(call, to, python, rref))
+            self._await(task, msg.Issued(call, to, python, rref, timeout=timeout))
             return
         follower = current_follower()
         if follower is not None:
-            self.send(msg.Issued(call, to, python, rref, by=follower))
+            self.send(msg.Issued(call, to, python, rref, by=follower, timeout=timeout))
 
     def follow(self, follower: str, call: str) -> None:
         """The program's callback ``follower`` on ``call``'s answer waits
@@ -267,6 +283,17 @@ class Gate:
             return False
 
 
+    def timed(self, call: str, timed: _Timed | None) -> None:
+        """Keep (or, None, forget) ``call``'s timeout on the schedule's clock."""
+        with self._lock:
+            if timed is None:
+                self._timed.pop(call, None)
+            else:
+                self._timed[call] = timed
+        if timed is not None and self.released:  # given up meanwhile: release() missed it
+            _thread.start_new_thread(timed.expire, (timed.issued + timed.seconds,))
+
+
 class _Signal:
     """A one-shot signal on a bare lock: a task's own wait for its Go, which
     must not pass through the patched ``threading.Condition`` (an Event would)."""
@@ -317,6 +344,67 @@ class _Track:
         self.reported = False
         self.followers = 0  # those still to run when the answer came
         self.registered = 0  # all, numbered in the order the program added them
+
+
+def timeout_error(seconds: float) -> RuntimeError:
+    """The error torch's agent ends a call with at its timeout (rpc_agent.h's
+    ``kRpcTimeoutErrorStr``, as an RPC error of type TIMEOUT, 1): the same
+    type and message a free-running caller catches."""
+    return RuntimeError(f"RPCErr:1:RPC ran for more than set timeout ({int(seconds * 1000)} ms) and will now be "
+                        f"marked with an error")
+
+
+class _Timed:
+    """A call whose timeout is the schedule's: the program's future for it,
+    completed once, by the answer or by the timeout, whichever is first."""
+
+    def __init__(self, gate: Gate, call: str, future: Any, seconds: float) -> None:
+        self.gate, self.call, self.future, self.seconds = gate, call, future, seconds
+        self.issued = time.monotonic()
+        self.lock = threading.Lock()
+        self.done = False
+
+    def answered(self, answer: Any) -> None:
+        """torch's callback on the call's own future."""
+        try:
+            value = raw_wait(answer)
+        except Exception as error:  # noqa: BLE001 - the program's to see, as torch raised it
+            self._complete(error=error)
+        else:
+            self._complete(value=value)
+
+    def expire(self, at: float | None = None) -> None:
+        """The timeout passed (``at``: once the real clock is there)."""
+        if at is not None:
+            _ORIGINAL.get("sleep", time.sleep)(max(0.0, at - time.monotonic()))
+        self._complete(error=timeout_error(self.seconds))
+
+    def _complete(self, *, value: Any = None, error: BaseException | None = None) -> None:
+        with self.lock:
+            if self.done:
+                return  # an answer after its timeout, or a timeout after its answer: too late
+            self.done = True
+        self.gate.timed(self.call, None)
+        with plumbing():  # the harness's own completion, from whichever thread: not the program's
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(value)
+
+
+def on_schedule_clock(answer: Any, call: str, seconds: float) -> Any:
+    """The future the program gets for call ``call``, issued to torch with no
+    timeout (``answer``: torch's future for it): it takes the answer, or
+    torch's timeout error once ``seconds`` passed on the schedule's clock."""
+    import torch
+
+    gate = _gate
+    assert gate is not None
+    future = torch.futures.Future()
+    timed = _Timed(gate, call, future, seconds)
+    gate.timed(call, timed)
+    _ORIGINAL["add_done_callback"](answer, timed.answered)
+    return future
 
 
 # Keyed by the futures themselves, weakly: an id could be reused once a future is gone.
@@ -657,6 +745,21 @@ def _start_thread(self: threading.Thread) -> None:
     started = getattr(getattr(self, "_started", None), "_cond", None)
     if started is not None:
         _start_signals.add(started)
+    gate = _gate
+    if gate is not None and not gate.released and (current_task() is not None or current_follower() is not None):
+        # It runs free, on the real clock: while it lives, the schedule's
+        # clock does not jump past what it may yet do (set an Event a
+        # handler waits on, before that handler's call times out).
+        run, name = self.run, self.name
+
+        def run_and_tell() -> None:
+            try:
+                run()
+            finally:
+                gate.send(msg.ProgramThread(name, alive=False))
+
+        self.run = run_and_tell  # type: ignore[method-assign]
+        gate.send(msg.ProgramThread(name, alive=True))
     outer = getattr(_local, "plain_waits", False)
     _local.plain_waits = True
     try:

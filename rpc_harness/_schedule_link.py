@@ -47,7 +47,9 @@ STALL_SECONDS = 3.0
 # the longest step of the three scenarios, the PS tutorial and the lost
 # update took 0.33 s (rnn's trainer; 0.21 s in the PS tutorial).
 SPIN_SECONDS = 5.0
-SPIN_CPU_SHARE = 0.1  # measured: a spinning thread ~1.0 alone, >0.2 with 9 CPU hogs on 2 cores; a waiting one ~0
+# Measured on this 2-core machine: a spinning thread got 11 % (load 17) to
+# 26 % (load 9) of the time; a waiting one uses none (a futex: microseconds).
+SPIN_CPU_SHARE = 0.02
 LOOK_SECONDS = 0.5
 
 

@@ -1179,6 +1179,28 @@ BUGS = (
         "                    self._looked(message)\n                    continue\n",
         "                    self._looked(message)\n",
         ("tests/unit/test_schedule_core.py::test_a_step_that_uses_no_cpu_is_not_a_spin_and_a_look_is_no_progress",)),
+    Bug("41 an RPC's timeout stays on the real clock under control", "rpc_harness/_rpc_hooks.py",
+        'seconds = _timeout_seconds(timeout) if api != "remote" else None', "seconds = None",
+        (WS + "test_a_call_that_outlives_its_timeout_times_out_under_control_as_it_does_free_running",
+         WS + "test_a_contract_on_the_worlds_30s_rpc_timeout_gives_one_verdict_under_control_and_replays")),
+    Bug("41 a call's timeout on the schedule's clock never fires", "rpc_harness/_schedule/scheduler.py",
+        "                    self._time_out(self.calls[key[1]])\n", "                    pass\n",
+        (US + "test_a_call_not_answered_by_its_timeout_times_out_on_the_schedules_clock_before_a_longer_sleep",)),
+    Bug("41 a call answered before its timeout times out anyway", "rpc_harness/_schedule/scheduler.py",
+        "call.timer == at and not call.completed and not call.timed_out", "call.timer == at and not call.timed_out",
+        (US + "test_a_call_answered_before_its_timeout_never_times_out",)),
+    Bug("41 a call timed out by the schedule raises another error than torch's", "rpc_harness/_gate.py",
+        'return RuntimeError(f"RPCErr:1:RPC ran for more than set timeout', 'return TimeoutError(f"RPCErr:1:RPC ran for more than set timeout',
+        ("tests/unit/test_gate.py::"
+         "test_a_call_the_scheduler_times_out_ends_in_torchs_timeout_error_and_its_late_answer_is_dropped",
+         WS + "test_a_call_that_outlives_its_timeout_times_out_under_control_as_it_does_free_running")),
+    Bug("41 control given up leaves a call on the schedule's clock that never times out", "rpc_harness/_gate.py",
+        "        for call in timed:  # the rest of its timeout", "        for call in []:  # the rest of its timeout",
+        ("tests/unit/test_gate.py::"
+         "test_a_call_control_given_up_let_go_times_out_on_the_real_clock_from_when_it_was_issued",)),
+    Bug("41 a call to a frozen rank waits for an answer instead of its timeout", "rpc_harness/_schedule/scheduler.py",
+        "if to in self.frozen and call.timer is not None and call_id not in self.heard:", "if False:",
+        (US + "test_a_call_to_a_frozen_rank_times_out_on_the_schedules_clock_not_the_real_one",)),
 )
 
 

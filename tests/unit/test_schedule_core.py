@@ -418,7 +418,7 @@ def test_a_step_that_uses_no_cpu_is_not_a_spin_and_a_look_is_no_progress(monkeyp
     link, running, _, conn = running_while_another_waits(now)
     rank = 0 if running == "a" else 1
     heard = link.heard
-    assert watch(link, conn, rank, seconds=3 * _schedule_link.SPIN_SECONDS, now=now, cpu=lambda i: 0.01 * i) is None
+    assert watch(link, conn, rank, seconds=3 * _schedule_link.SPIN_SECONDS, now=now, cpu=lambda i: 0.001 * i) is None
     assert link.heard == heard, "answers to the link's looks do not reset the watch for a blocked step"
     unknown = watch(link, conn, rank, seconds=3 * _schedule_link.SPIN_SECONDS, now=now, cpu=lambda i: -1.0)
     assert unknown is None, "no CPU time known: no evidence"
