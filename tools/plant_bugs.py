@@ -1201,6 +1201,14 @@ BUGS = (
     Bug("41 a call to a frozen rank waits for an answer instead of its timeout", "rpc_harness/_schedule/scheduler.py",
         "if to in self.frozen and call.timer is not None and call_id not in self.heard:", "if False:",
         (US + "test_a_call_to_a_frozen_rank_times_out_on_the_schedules_clock_not_the_real_one",)),
+    Bug("41 the schedule's clock jumps while a thread of the program's own lives", "rpc_harness/_schedule/scheduler.py",
+        "            if self._free_threads():\n                return  # what a thread", "            if False:\n"
+        "                return  # what a thread",
+        (US + "test_while_a_thread_of_the_programs_own_lives_the_schedules_clock_waits_for_it",
+         WS + "test_a_wait_that_control_given_up_let_go_goes_on_waiting_for_what_it_waited_for")),
+    Bug("41 steps after every entry ended are the schedule's", "rpc_harness/_schedule/scheduler.py",
+        "        if self._entries_over():\n            # Steps after", "        if False:\n            # Steps after",
+        (US + "test_steps_after_every_entry_ended_run_but_are_not_the_schedules",)),
 )
 
 
