@@ -300,7 +300,9 @@ class Scheduler:
             call.settled = True
         for served in self.relays.pop(call_id, []):
             self._due(served)
-        self._wake(("call", call_id))
+        # A wait ended by the call's timeout was ended by the schedule's
+        # clock, as a sleep's is: its Go says so (exploration reads it).
+        self._wake(("call", call_id), notified=call is None or not call.timed_out)
 
     def _due(self, call_id: str) -> None:
         """Served call ``call_id``'s answer is on its way to its caller."""
@@ -326,9 +328,9 @@ class Scheduler:
             return key[1] not in self.pending_rrefs
         return False  # conditions and timers: woken by a notify or the clock
 
-    def _wake(self, key: tuple) -> None:
+    def _wake(self, key: tuple, *, notified: bool = True) -> None:
         for task in sorted(self.waiting.get(key, {}).values(), key=lambda t: t.id):
-            self._ready(task, notified=True)
+            self._ready(task, notified=notified)
 
     def _ready(self, task: Task, *, notified: bool) -> None:
         self._leave(task)
