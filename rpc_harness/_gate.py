@@ -15,6 +15,13 @@ scheduler can see the end of:
 - ``time.sleep`` (the schedule's clock, likewise);
 - an RRef whose creating ``remote()`` call is a task still to run.
 
+An RPC's timeout (``rpc_sync``'s and ``rpc_async``'s, per call or the
+world's) is on the schedule's clock too: torch is told the call never
+expires, the program gets a future of the gate's (:func:`on_schedule_clock`)
+that takes the answer, or torch's timeout error once the scheduler says the
+schedule's clock passed the timeout (``TimedOut``). Control given up, the
+rest of each timeout runs on the real clock, from when the call was issued.
+
 Any other wait (a future torch made in C++, a lock) is part of the step
 that reached it: the task keeps its turn. If that wait needs another task
 to run, no step ends; the supervisor sees that no rank made progress,
@@ -96,6 +103,8 @@ class Gate:
         self._calls = itertools.count(1)
         self._seq: dict[str, itertools.count] = {}
         self._cond_waiters: dict[int, list[str]] = {}
+        self._threads: dict[str, int] = {}  # task -> the ident of the thread that runs it
+        self._timed: dict[str, _Timed] = {}  # calls whose timeout is the schedule's, until they end
         threading.Thread(target=self._read, name="rpc-harness-gate", daemon=True).start()
 
     # -- the pipe -----------------------------------------------------------------------
@@ -122,6 +131,13 @@ class Gate:
                         event = self._goes.get(task)
                     if event is not None:
                         event.set()
+                case msg.TimedOut(call):
+                    with self._lock:
+                        timed = self._timed.get(call)
+                    if timed is not None:  # its program callbacks wait for turns: not on this reader
+                        _thread.start_new_thread(timed.expire, ())
+                case msg.Look(task):
+                    self.send(self.look(task))
                 case msg.Release():
                     self.release()
                     return
@@ -131,8 +147,11 @@ class Gate:
         self.released = True
         with self._lock:
             events = list(self._goes.values())
+            timed = list(self._timed.values())
         for event in events:
             event.set()
+        for call in timed:  # the rest of its timeout, on the real clock, as torch would have timed it
+            _thread.start_new_thread(call.expire, (call.issued + call.seconds,))
 
     def _await(self, task: str, message: msg.ToScheduler) -> bool | None:
         """Send ``message`` and wait for ``task``'s Go (the signal exists
@@ -150,10 +169,31 @@ class Gate:
             self._goes.pop(task, None)
             return self._notified.pop(task, None)
 
+    def look(self, task: str) -> msg.Looked:
+        """Where ``task``'s thread stands now, and the CPU time it has used:
+        evidence for the supervisor's watch on a step that runs on without
+        a scheduling point (``_schedule_link``)."""
+        ident = self._threads.get(task)
+        frame = sys._current_frames().get(ident) if ident is not None else None
+        if frame is None:
+            return msg.Looked(task)
+        try:
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(ident))  # type: ignore[arg-type]
+        except (AttributeError, OSError):  # not Linux, or the thread just ended
+            cpu = -1.0
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frames = []
+        while frame is not None:
+            frames.append((id(frame), frame.f_code.co_filename, frame.f_code.co_name))
+            frame = frame.f_back
+        return msg.Looked(task, tuple(reversed(frames)), where, cpu)
+
     # -- what tasks do --------------------------------------------------------------------
     def begin(self, task: str, label: str, point: str, call: str | None = None) -> None:
         """This thread is now ``task``; it runs once the scheduler says so."""
         _local.task = task
+        with self._lock:
+            self._threads[task] = threading.get_ident()
         if not self.released:
             self._await(task, msg.Begin(task, label, point, call))
 
@@ -172,7 +212,7 @@ class Gate:
             return True
         return self._await(task, msg.Block(task, point, on, timeout))
 
-    def issued(self, call: str, to: int, python: bool, rref: str | None) -> None:
+    def issued(self, call: str, to: int, python: bool, rref: str | None, timeout: float | None = None) -> None:
         """The current task issued ``call``: tell the scheduler, which lets it
         go on at once, or once the answer is in when no task of the world's
         makes it (torch answers in C++, or the callee is gone): whether such
@@ -181,11 +221,11 @@ class Gate:
         between steps, and goes on at once."""
         task = current_task()
         if task is not None:
-            self._await(task, msg.Issued(call, to, python, rref))
+            self._await(task, msg.Issued(call, to, python, rref, timeout=timeout))
             return
         follower = current_follower()
         if follower is not None:
-            self.send(msg.Issued(call, to, python, rref, by=follower))
+            self.send(msg.Issued(call, to, python, rref, by=follower, timeout=timeout))
 
     def follow(self, follower: str, call: str) -> None:
         """The program's callback ``follower`` on ``call``'s answer waits
@@ -202,6 +242,8 @@ class Gate:
         task = getattr(_local, "task", None)
         _local.task = None
         if task is not None:
+            with self._lock:
+                self._threads.pop(task, None)
             self.send(msg.End(task, responds_later, failed, after))
 
     def call_id(self) -> str:
@@ -239,6 +281,17 @@ class Gate:
                 waiters.remove(task)
                 return True
             return False
+
+
+    def timed(self, call: str, timed: _Timed | None) -> None:
+        """Keep (or, None, forget) ``call``'s timeout on the schedule's clock."""
+        with self._lock:
+            if timed is None:
+                self._timed.pop(call, None)
+            else:
+                self._timed[call] = timed
+        if timed is not None and self.released:  # given up meanwhile: release() missed it
+            _thread.start_new_thread(timed.expire, (timed.issued + timed.seconds,))
 
 
 class _Signal:
@@ -291,6 +344,67 @@ class _Track:
         self.reported = False
         self.followers = 0  # those still to run when the answer came
         self.registered = 0  # all, numbered in the order the program added them
+
+
+def timeout_error(seconds: float) -> RuntimeError:
+    """The error torch's agent ends a call with at its timeout (rpc_agent.h's
+    ``kRpcTimeoutErrorStr``, as an RPC error of type TIMEOUT, 1): the same
+    type and message a free-running caller catches."""
+    return RuntimeError(f"RPCErr:1:RPC ran for more than set timeout ({int(seconds * 1000)} ms) and will now be "
+                        f"marked with an error")
+
+
+class _Timed:
+    """A call whose timeout is the schedule's: the program's future for it,
+    completed once, by the answer or by the timeout, whichever is first."""
+
+    def __init__(self, gate: Gate, call: str, future: Any, seconds: float) -> None:
+        self.gate, self.call, self.future, self.seconds = gate, call, future, seconds
+        self.issued = time.monotonic()
+        self.lock = threading.Lock()
+        self.done = False
+
+    def answered(self, answer: Any) -> None:
+        """torch's callback on the call's own future."""
+        try:
+            value = raw_wait(answer)
+        except Exception as error:  # noqa: BLE001 - the program's to see, as torch raised it
+            self._complete(error=error)
+        else:
+            self._complete(value=value)
+
+    def expire(self, at: float | None = None) -> None:
+        """The timeout passed (``at``: once the real clock is there)."""
+        if at is not None:
+            _ORIGINAL.get("sleep", time.sleep)(max(0.0, at - time.monotonic()))
+        self._complete(error=timeout_error(self.seconds))
+
+    def _complete(self, *, value: Any = None, error: BaseException | None = None) -> None:
+        with self.lock:
+            if self.done:
+                return  # an answer after its timeout, or a timeout after its answer: too late
+            self.done = True
+        self.gate.timed(self.call, None)
+        with plumbing():  # the harness's own completion, from whichever thread: not the program's
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(value)
+
+
+def on_schedule_clock(answer: Any, call: str, seconds: float) -> Any:
+    """The future the program gets for call ``call``, issued to torch with no
+    timeout (``answer``: torch's future for it): it takes the answer, or
+    torch's timeout error once ``seconds`` passed on the schedule's clock."""
+    import torch
+
+    gate = _gate
+    assert gate is not None
+    future = torch.futures.Future()
+    timed = _Timed(gate, call, future, seconds)
+    gate.timed(call, timed)
+    _ORIGINAL["add_done_callback"](answer, timed.answered)
+    return future
 
 
 # Keyed by the futures themselves, weakly: an id could be reused once a future is gone.
@@ -631,6 +745,21 @@ def _start_thread(self: threading.Thread) -> None:
     started = getattr(getattr(self, "_started", None), "_cond", None)
     if started is not None:
         _start_signals.add(started)
+    gate = _gate
+    if gate is not None and not gate.released and (current_task() is not None or current_follower() is not None):
+        # It runs free, on the real clock: while it lives, the schedule's
+        # clock does not jump past what it may yet do (set an Event a
+        # handler waits on, before that handler's call times out).
+        run, name = self.run, self.name
+
+        def run_and_tell() -> None:
+            try:
+                run()
+            finally:
+                gate.send(msg.ProgramThread(name, alive=False))
+
+        self.run = run_and_tell  # type: ignore[method-assign]
+        gate.send(msg.ProgramThread(name, alive=True))
     outer = getattr(_local, "plain_waits", False)
     _local.plain_waits = True
     try:

@@ -179,13 +179,16 @@ class Issued:
     function (``python``: a task will start there) or one torch runs in C++;
     ``rref``: the id of the RRef a ``remote()`` creates. It waits for Go.
     ``by``: the program's callback on an answer that issued it instead (its
-    id, ``driver/2+cb1``), which runs between steps and waits for nothing."""
+    id, ``driver/2+cb1``), which runs between steps and waits for nothing.
+    ``timeout``: seconds of the schedule's clock after which the call ends
+    in torch's timeout error, unanswered (None: it never does)."""
 
     call: str
     to: int
     python: bool
     rref: str | None = None
     by: str | None = None
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -243,8 +246,33 @@ class Unscheduled:
     why: str
 
 
+@dataclass(frozen=True)
+class ProgramThread:
+    """A thread the program started (from a task or a callback on an
+    answer) is ``alive`` (told before it starts), or no longer (told as it
+    ends): it runs free, on the real clock."""
+
+    name: str
+    alive: bool
+
+
 ToScheduler = (Begin | At | Block | End | Issued | Completed | Following | Followed | Due | Resolved | Notified
-               | Unscheduled)
+               | Unscheduled | ProgramThread)
+
+
+@dataclass(frozen=True)
+class Looked:
+    """Where the thread of ``task`` (the running task, asked by :class:`Look`)
+    stands: its stack, outermost frame first, each frame as ``(frame id,
+    file, function)`` (``()`` when the task has no live thread), the line it
+    is at (``file:line in function``), and the seconds of CPU its thread
+    has used (negative when unknown). For the supervisor's stall watch,
+    not the scheduler."""
+
+    task: str
+    frames: tuple = ()
+    where: str = ""
+    cpu: float = -1.0
 
 
 # -- scheduler -> rank ----------------------------------------------------------------------
@@ -256,6 +284,21 @@ class Go:
 
     task: str
     notified: bool = True
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """Call ``call`` was not answered by the end of its timeout on the
+    schedule's clock: its caller's rank ends it in torch's timeout error."""
+
+    call: str
+
+
+@dataclass(frozen=True)
+class Look:
+    """Say where ``task``'s thread stands now (answered by :class:`Looked`)."""
+
+    task: str
 
 
 @dataclass(frozen=True)

@@ -352,21 +352,30 @@ class _Watch:
         sent = _gate.Tagged(call, func) if python else func
         issue = _originals["remote" if api == "remote" else "rpc_async"]
         add_callback = _gate._ORIGINAL["add_done_callback"]  # ours: not a callback of the program's
+        # The call's timeout is the schedule's (rpc_sync's and rpc_async's):
+        # torch is told it never expires (0), and the program gets a future
+        # that takes its answer or, at the timeout on the schedule's clock,
+        # torch's timeout error. (remote()'s stays torch's, on the real clock.)
+        seconds = _timeout_seconds(timeout) if api != "remote" else None
         try:
-            value = issue(to, sent, args, kwargs, timeout)
+            value = issue(to, sent, args, kwargs, 0 if seconds is not None else timeout)
         except BaseException as error:
             if span is not None:
                 self.calls.end(span, error)
             raise
         future = value._get_future() if api == "remote" else value
+        if seconds is not None:
+            future = _gate.on_schedule_clock(future, call, seconds)
         rref = _gate.rref_id(value) if api == "remote" else None
         if span is not None:
             add_callback(future, lambda done: self.calls.end(span, _error_of(done)))
         _gate.track_call(future, call, names[-1], python)  # before the scheduler hears of the call: it may wait for it
-        gate.issued(call, self._rank_of(to), python, rref)
+        gate.issued(call, self._rank_of(to), python, rref, timeout=seconds)
         if api == "remote" and isinstance(func, type):
             _remote_types[str(value)] = func
-        return future.wait() if api == "rpc_sync" else value
+        if api == "rpc_sync":
+            return future.wait()
+        return value if api == "remote" else future
 
     def _rank_of(self, to: Any) -> int:
         if isinstance(to, int):
@@ -485,6 +494,16 @@ class _Spans:
                 self.events.write(f"{self.kind}_end", id=span, error=f"{type(error).__name__}: {str(error)[:200]}")
         except Exception:  # noqa: BLE001 - never fail an RPC (or a torch callback) for a record
             pass
+
+
+def _timeout_seconds(timeout: float) -> float | None:
+    """A call's timeout in seconds, the world's where the call set none
+    (torch's UNSET, negative); None where it never expires (0)."""
+    if timeout < 0:
+        from torch.distributed.rpc.api import get_rpc_timeout
+
+        timeout = get_rpc_timeout()
+    return float(timeout) if timeout > 0 else None
 
 
 def _is_python(func: Any) -> bool:

@@ -375,8 +375,9 @@ class Supervisor:
         then let the world run free rather than hang."""
         assert self.link is not None
         alive = sorted(self.running)
-        waiting = self.link.stalled([self.procs[r].pid for r in alive])
-        if waiting is None:
+        spinning = self.link.spinning()
+        waiting = self.link.stalled([self.procs[r].pid for r in alive]) if spinning is None else None
+        if spinning is None and waiting is None:
             return
         self.dump_stacks(alive)
         stacks = []
@@ -386,9 +387,9 @@ class Supervisor:
             self.stacks_read[rank] = len(raw)  # a later failure's report shows its own dump only
             if text.strip():
                 stacks.append(f"--- {self.outcomes[rank].label} stacks\n{text.rstrip()}")
-        self.link.scheduler.release(
-            f"no step ended for {STALL_SECONDS:g}s while no rank thread could run: {waiting}. The world ran free from "
-            f"step {len(self.link.scheduler.steps)} on" + ("\n" + "\n".join(stacks) if stacks else ""))
+        why = spinning or f"no step ended for {STALL_SECONDS:g}s while no rank thread could run: {waiting}"
+        self.link.scheduler.release(f"{why}. The world ran free from step {len(self.link.scheduler.steps)} on"
+                                    + ("\n" + "\n".join(stacks) if stacks else ""))
 
     # -- bring down -------------------------------------------------------------
     def _note_gpu_memory(self) -> None:

@@ -145,6 +145,7 @@ class Step:
     ready: tuple[tuple[str, int], ...] = ()
     cause: int = -1
     timer: bool = False
+    clock: float = 0.0  # the schedule's own time when it began: seconds its sleeps and timeouts moved it on
 
     def describe(self) -> str:
         """``trainer1 (main) -> rpc.call:ParameterServer.forward``"""

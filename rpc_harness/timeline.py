@@ -443,9 +443,12 @@ def _step_band(row: _Row, y0: float, px: _Px) -> list[str]:
     for step in row.steps[:MAX_RPCS]:
         x, end = px(step.start), px(step.end)
         args = step.args if isinstance(step.args, Mapping) else {}
+        # Drawn where it ran on the real clock; its time on the schedule's
+        # (which sleeps and timeouts move on, not the steps) is in its title.
+        title = step.name + (f" (at {args['clock']:g} s on the schedule's clock)" if "clock" in args else "")
         out.append(
             f'<rect x="{x:.2f}" y="{y0 + BAR_TOP}" width="{max(end - x, 1.5):.2f}" height="{STEP_HEIGHT}" '
-            f'fill="{STEP_COLOUR}"><title>{_text(step.name)}</title></rect>'
+            f'fill="{STEP_COLOUR}"><title>{_text(title)}</title></rect>'
         )
         if args.get("preempted"):
             out.append(_line(x, y0 + BAR_TOP - 2, x, y0 + BAR_TOP + BAR_HEIGHT, PREEMPT_COLOUR, 1.2))

@@ -85,7 +85,8 @@ def trace_events(result: WorldResult) -> list[dict[str, Any]]:
         for step in (s for s in result.schedule if s.rank == rank.rank):
             out.append({"ph": "X", "name": f"step {step.index}: {step.label} -> {step.point}", "cat": "step",
                         "pid": pid, "tid": 0, "ts": us(step.start), "dur": max(us(step.end) - us(step.start), 1.0),
-                        "args": {"task": step.task, "point": step.point, "preempted": step.preempted}})
+                        "args": {"task": step.task, "point": step.point, "preempted": step.preempted,
+                                 "clock": step.clock}})
         if rank.status in ("killed", "died", "hung", "stopped"):
             out.append({"ph": "i", "s": "p", "name": f"end: {rank.describe()}", "cat": "death",
                         "pid": pid, "tid": 0, "ts": us(last_t)})

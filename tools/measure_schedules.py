@@ -3,13 +3,19 @@ the parameter-server tutorial as printed (2 trainers, ``tests/programs/
 tutorial_ps_mnist.py``) and a lost update in a served handler
 (``rpc_harness/apps/races.py``).
 
-    python tools/measure_schedules.py [--seeds 10] [--reruns 5] [--hogged 20] [--json PATH]
+    python tools/measure_schedules.py [--seeds 10] [--reruns 5] [--hogged 20] [--timeouts 20]
+                                      [--only replay|timeouts] [--json PATH]
 
 - replay: for each seed, the verdict and the schedule digest of every rerun
   (all must agree);
 - the same for one failing seed rerun ``--hogged`` times while two CPU hogs
   run (busy loops in processes of their own);
-- exploration: how many distinct digests the seeds gave, which failed.
+- exploration: how many distinct digests the seeds gave, which failed;
+- timeouts (issue 41): a contract on the world's 30 s ``rpc_timeout``
+  (``tests/programs/slow_answer.py``: a caller waits on a handler that
+  sleeps 60 s) run once free-running and ``--timeouts`` times under
+  control: the verdict (the caller's error) and digest of every controlled
+  run, the same as the free-running verdict, and the wall time of each.
 
 Prints a summary and writes every figure as JSON. Exit status 0 when every
 rerun agreed with its seed's first run, 1 otherwise.
@@ -45,6 +51,39 @@ def worlds() -> dict:
     return {"ps tutorial (2 trainers)": ps, "lost update": lost}
 
 
+def timeouts(runs: int) -> tuple[dict, bool]:
+    """A 30 s rpc_timeout contract, free-running once and under control ``runs`` times."""
+    import statistics
+
+    from programs import slow_answer
+
+    import rpc_harness
+
+    def world(schedule: str) -> tuple[rpc_harness.WorldResult, float]:
+        started = time.monotonic()
+        result = rpc_harness.spawn(slow_answer.run_worker, args=(2,), kwargs={"sleep": 60.0, "timeout": None},
+                                   nprocs=2, seed=1, schedule=schedule, deadline=180, rpc_timeout=30.0, check=False)
+        return result, time.monotonic() - started
+
+    world("controlled")  # the forkserver's start (torch's import) is no world's time
+    free, free_seconds = world("free")
+    verdict = free["impatient"].value
+    print(f"30 s rpc_timeout contract, free-running: {verdict!r} in {free_seconds:.1f}s", flush=True)
+    controlled = [world("controlled") for _ in range(runs)]
+    outcomes = {(w["impatient"].value, w.controlled, w.schedule_digest) for w, _ in controlled}
+    same = len(outcomes) == 1 and next(iter(outcomes))[:2] == (verdict, True)
+    median = statistics.median(seconds for _, seconds in controlled)
+    entries = statistics.median(w.duration for w, _ in controlled)  # the world's own count: its ranks' fork to its end
+    print(f"30 s rpc_timeout contract, under control: {'the free-running verdict' if same else 'NOT the same'} "
+          f"in {runs} of {runs} runs, median {median:.2f}s a world ({entries:.2f}s by the world's own count, against "
+          f"{free.duration:.1f}s free-running): {30.0 / median:.0f}x faster than its 30 s timeout, "
+          f"{free_seconds / median:.0f}x faster than the free-running world, {free.duration / entries:.0f}x "
+          f"by the worlds' own counts", flush=True)
+    return {"free": {"verdict": verdict, "seconds": free_seconds}, "runs": runs, "same": same,
+            "outcomes": sorted(map(list, outcomes)), "seconds": [seconds for _, seconds in controlled],
+            "median_seconds": median, "median_duration": entries, "free_duration": free.duration}, same
+
+
 def outcome(world) -> tuple[str, str]:
     verdict = "ok" if world.ok else "FAILED: " + "; ".join(sorted(f"{o.name} {o.status}" for o in world.failures))
     if not world.controlled:
@@ -61,11 +100,15 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--reruns", type=int, default=5)
     parser.add_argument("--hogged", type=int, default=20)
+    parser.add_argument("--timeouts", type=int, default=20)
+    parser.add_argument("--only", choices=("replay", "timeouts"))
     parser.add_argument("--json", default="rpc-harness-out/schedules.json")
     args = parser.parse_args()
     report: dict = {}
     agreed = True
-    for name, run in worlds().items():
+    if args.only in (None, "timeouts"):
+        report["timeouts"], agreed = timeouts(args.timeouts)
+    for name, run in (worlds() if args.only in (None, "replay") else {}).items():
         started = time.monotonic()
         seeds = {}
         for seed in range(1, args.seeds + 1):

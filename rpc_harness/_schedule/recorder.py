@@ -44,12 +44,14 @@ class Recorder:
         self.last: Recorded | None = None
 
     def record(self, task: Recorded, point: str, *, preempted: bool, started: float, ended: float,
-               ready: tuple[tuple[str, int], ...] = (), cause: int = -1, timer: bool = False) -> None:
+               ready: tuple[tuple[str, int], ...] = (), cause: int = -1, timer: bool = False,
+               clock: float = 0.0) -> None:
         """``task``'s step ended at ``point``; under replay, it must be the recorded one.
-        ``ready``, ``cause`` and ``timer`` are how it was chosen (:class:`~rpc_harness.schedule.Step`)."""
+        ``ready``, ``cause`` and ``timer`` are how it was chosen (:class:`~rpc_harness.schedule.Step`);
+        ``clock``: the schedule's time when it began."""
         index = len(self.steps)
         self.steps.append(Step(index, task.rank, "", task.id, task.label, point, preempted, started, ended,
-                               ready, cause, timer))
+                               ready, cause, timer, clock))
         key = (task.id, point)
         self.occurrences[key] = self.occurrences.get(key, 0) + 1
         self.last = task

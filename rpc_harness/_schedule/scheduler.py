@@ -20,7 +20,12 @@ waited for forever: the supervisor sees no progress, asks
 
 Time under control is the schedule's own (:mod:`.virtual_time`): a
 sleep, or a wait with a timeout, ends when no task can run and it is the
-earliest to end. A delay fault is such a sleep. The steps, and replay
+earliest to end. A delay fault is such a sleep. So does an RPC's timeout:
+torch is told the call never expires, and when the schedule's clock passes
+its timeout unanswered, the caller's rank is told (``TimedOut``) and ends
+it in torch's own timeout error. Half on each clock, a call whose handler
+slept past its caller's timeout was answered: an execution no free-running
+world can have. The steps, and replay
 checked against them, are the :mod:`.recorder`'s; the choice among the
 tasks that can run is the strategy's (:mod:`.strategies`).
 
@@ -66,6 +71,8 @@ class Call:
     rref: str | None = None
     settled: bool = False
     completed: bool = False  # its caller heard the answer (maybe before its handler's end reached us)
+    timer: float | None = None  # the schedule's time at which it times out, unanswered
+    timed_out: bool = False
 
 
 class Scheduler:
@@ -94,6 +101,7 @@ class Scheduler:
         self.resolved: set[tuple[int, int]] = set()  # (rank, serial) of the program's futures
         self.pending_rrefs: dict[str, str] = {}  # rref id -> the call creating it, until its handler ends
         self.notified_early: set[str] = set()
+        self.program_threads: dict[tuple[int, str], int] = {}  # (rank, name) -> how many live threads of the program's
         self.gone: set[int] = set()
         self.frozen: set[int] = set()
         self.time = VirtualTime()
@@ -139,8 +147,8 @@ class Scheduler:
                 self._end(task, responds_later, after)
                 if failed:
                     self.halt()
-            case msg.Issued(call, to, python, rref, by):
-                self._issued(rank, call, to, python, rref, by)
+            case msg.Issued(call, to, python, rref, by, timeout):
+                self._issued(rank, call, to, python, rref, by, timeout)
             case msg.Completed(call, followers):
                 self.answers.discard(call)
                 if call in self.calls:
@@ -170,6 +178,13 @@ class Scheduler:
                 self._wake(("future", rank, serial))
             case msg.Notified(task):
                 self._notified(task)
+            case msg.ProgramThread(name, alive):
+                key = (rank, name)
+                left = self.program_threads.get(key, 0) + (1 if alive else -1)
+                if left > 0:
+                    self.program_threads[key] = left
+                else:
+                    self.program_threads.pop(key, None)
             case msg.Unscheduled(why):
                 if not self.halted:  # (once the entries are done, the world runs free anyway)
                     self.release(f"{why}. The world ran free from step {len(self.steps)} on")
@@ -248,14 +263,19 @@ class Scheduler:
         if task is not None and task.id in self.notified_early:
             self.notified_early.discard(task.id)
 
-    def _issued(self, rank: int, call_id: str, to: int, python: bool, rref: str | None, by: str | None) -> None:
+    def _issued(self, rank: int, call_id: str, to: int, python: bool, rref: str | None, by: str | None,
+                timeout: float | None = None) -> None:
         # A callback of the program's on an answer runs between steps (the
         # world is not quiet until it returns), and a call it issues waits
         # for no Go (its turn came before it ran): whatever task is running
         # is not its caller.
         running = self.running if by is None else None
         call = self.calls[call_id] = Call(call_id, rank, to, rref)  # (its caller's rank told it)
-        if python and to not in self.gone and to not in self.frozen:
+        if timeout is not None:
+            call.timer = self.time.timer(("call", call_id), timeout)
+        if to in self.frozen and call.timer is not None and call_id not in self.heard:
+            pass  # nothing answers it: it ends at its timeout, on the schedule's clock; its caller goes on
+        elif python and to not in self.gone and to not in self.frozen:
             if call_id in self.early:
                 self.early.discard(call_id)
             else:
@@ -280,7 +300,9 @@ class Scheduler:
             call.settled = True
         for served in self.relays.pop(call_id, []):
             self._due(served)
-        self._wake(("call", call_id))
+        # A wait ended by the call's timeout was ended by the schedule's
+        # clock, as a sleep's is: its Go says so (exploration reads it).
+        self._wake(("call", call_id), notified=call is None or not call.timed_out)
 
     def _due(self, call_id: str) -> None:
         """Served call ``call_id``'s answer is on its way to its caller."""
@@ -306,9 +328,9 @@ class Scheduler:
             return key[1] not in self.pending_rrefs
         return False  # conditions and timers: woken by a notify or the clock
 
-    def _wake(self, key: tuple) -> None:
+    def _wake(self, key: tuple, *, notified: bool = True) -> None:
         for task in sorted(self.waiting.get(key, {}).values(), key=lambda t: t.id):
-            self._ready(task, notified=True)
+            self._ready(task, notified=notified)
 
     def _ready(self, task: Task, *, notified: bool) -> None:
         self._leave(task)
@@ -352,7 +374,9 @@ class Scheduler:
                 self.followers.pop(call.id, None)
             elif call.to == rank and not call.settled and call.id not in self.followers:
                 self.arrivals.discard(call.id)  # it ends in an error at its caller
-                if self._alive_caller(call):
+                if frozen and call.timer is not None and not call.completed:
+                    self.answers.discard(call.id)  # at its timeout, on the schedule's clock
+                elif self._alive_caller(call):
                     self.answers.add(call.id)
             if call.to == rank and call.rref is not None and self.pending_rrefs.pop(call.rref, None) is not None:
                 self._wake(("rref", call.rref))  # its value will never be made: a wait for it ends, in an error
@@ -388,13 +412,23 @@ class Scheduler:
             return
         ready = sorted(self.ready.values(), key=lambda t: t.id)
         if not ready:
-            woken = [self.tasks[t] for t in self.time.wake_due(self._waits_on_timer)]
-            if not woken:
-                return  # every task waits: for the real world (a timeout, a death), or forever
+            if self._free_threads():
+                return  # what a thread of the program's does comes on the real clock: the schedule's waits for it
+            due = self.time.wake_due(self._timer_live)
+            if not due:
+                return  # every task waits: for the real world (a death), or forever
+            woken = [self.tasks[key] for key in due if isinstance(key, str)]
+            for key in due:
+                if isinstance(key, tuple):
+                    self._time_out(self.calls[key[1]])
             for task in woken:
                 self._ready(task, notified=False)
+            if not woken:
+                return  # calls timed out: their callers' ranks end them, and the world is quiet again once they did
             ready = sorted(woken, key=lambda t: t.id)
-        chosen = self._strategy.choose(ready, self.history)
+        # After every entry ended, steps are no longer the schedule's (see
+        # _record): the least id runs, and the strategy is not asked.
+        chosen = ready[0] if self._entries_over() else self._strategy.choose(ready, self.history)
         last = self.history.last
         self.step_preempted = last is not None and last.state == READY and chosen is not last and last in ready
         self.step_choice = (tuple((t.id, t.rank) for t in ready), chosen.cause, not chosen.notified)
@@ -421,14 +455,41 @@ class Scheduler:
         rank, _ = self.turns.pop(follower)
         self.send(rank, msg.Go(follower))
 
-    def _waits_on_timer(self, task_id: str, at: float) -> bool:
-        task = self.tasks.get(task_id)
+    def _free_threads(self) -> list[str]:
+        """The live threads of the program's own on live ranks, named."""
+        return [f"{name!r} on rank {rank}" for (rank, name) in sorted(self.program_threads)
+                if rank not in self.gone and rank not in self.frozen]
+
+    def _entries_over(self) -> bool:
+        """Whether every rank's entry (its main task) has ended."""
+        return not self.mains_pending and all(t.state == ENDED for t in self.tasks.values() if t.label == "main")
+
+    def _timer_live(self, key: str | tuple, at: float) -> bool:
+        if isinstance(key, tuple):  # a call's timeout: live until it is answered
+            call = self.calls.get(key[1])
+            return (call is not None and call.timer == at and not call.completed and not call.timed_out
+                    and self._alive_caller(call))
+        task = self.tasks.get(key)
         return task is not None and task.timer == at and task.state == BLOCKED
 
+    def _time_out(self, call: Call) -> None:
+        """``call`` was not answered by its timeout: its caller's rank ends it
+        in torch's timeout error, and its completion is then due."""
+        call.timed_out = True
+        self.answers.add(call.id)
+        self.send(call.rank, msg.TimedOut(call.id))
+
     def _record(self, task: Task, point: str) -> None:
+        if self._entries_over():
+            # Steps after every entry ended (a handler of a call nobody
+            # waits for, still sleeping) run on, their time on the schedule's
+            # clock, but are not the schedule's: whether the world's
+            # shutdown releases control before or after such a step ends
+            # (two pipes) is the clock's choice, and it gave one seed two digests.
+            return
         ready, cause, timer = self.step_choice
         self.history.record(task, point, preempted=self.step_preempted, started=self.step_started,
-                            ended=self.clock(), ready=ready, cause=cause, timer=timer)
+                            ended=self.clock(), ready=ready, cause=cause, timer=timer, clock=self.time.now)
 
     def finish(self) -> None:
         """The world is over: a replay under control to its end that took
@@ -448,6 +509,12 @@ class Scheduler:
             return False
         return all(self.calls[c].to in self.frozen for c in self.answers if c in self.calls)
 
+    def waiting_for_turn(self) -> list[str]:
+        """The tasks (and callbacks on answers) that could run but wait for
+        the running step to end, for a report."""
+        ready = [f"{t.id} ({t.label}) at {t.point}" for t in sorted(self.ready.values(), key=lambda t: t.id)]
+        return ready + [f"callback {follower}" for follower in sorted(self.turns)]
+
     def stalled(self) -> str:
         """What the scheduler is waiting for, for a report."""
         parts = []
@@ -466,7 +533,10 @@ class Scheduler:
             parts.append(f"callbacks {sorted(self.turns)} wait for their turn")
         if not parts:
             waiting = [f"{t.id} ({t.label}) at {t.point}" for tasks in self.waiting.values() for t in tasks.values()]
-            parts.append("every task waits: " + ("; ".join(waiting) or "none is left"))
+            threads = self._free_threads()
+            parts.append("every task waits: " + ("; ".join(waiting) or "none is left")
+                         + (f"; and the schedule's clock waits for threads of the program's own, which run free: "
+                            f"{', '.join(threads)}" if threads else ""))
         return "; ".join(parts)
 
     def release(self, why: str) -> None:

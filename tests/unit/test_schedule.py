@@ -997,3 +997,140 @@ def test_a_relay_whose_call_settled_before_its_end_was_read_is_due_at_once():
     world.say(1, msg.Issued("a/1/1", 0, python=False), msg.Completed("a/1/1"))
     world.say(1, msg.End("a/1", responds_later=True, after="a/1/1"))
     assert s.answers == {"a/1"} and s.relays == {}
+
+
+# -- an RPC's timeout, on the schedule's clock -----------------------------------------------------
+
+
+def caller_and_sleeping_handler(timeout: float, sleep: float) -> tuple[World, str]:
+    """``a`` (rank 0) calls rank 1 with ``timeout``; the handler sleeps ``sleep``."""
+    world = World(schedule="pct:1")
+    world.say(0, msg.Begin("a", "main", "start"))
+    world.say(1, msg.Begin("b", "main", "start"))
+    first = world.goes()[0]
+    if first == "b":  # rank 1's main waits out of the way first
+        world.say(1, msg.Block("b", "wait forever", ("cond", 9)))
+    else:
+        world.say(0, msg.At("a", "start"))
+        world.say(1, msg.Block("b", "wait forever", ("cond", 9)))
+    assert world.goes()[-1] == "a"
+    world.say(0, msg.Issued("a/1", 1, python=True, timeout=timeout), msg.Block("a", "wait slow", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving slow for a", "serve slow", call="a/1"))
+    assert world.goes()[-1] == "a/1"
+    world.say(1, msg.Block("a/1", "sleep", ("timer",), sleep))
+    return world, "a/1"
+
+
+def timed_out(world: World) -> list[tuple[int, str]]:
+    return [(rank, m.call) for rank, m in world.sent if isinstance(m, msg.TimedOut)]
+
+
+def test_a_call_not_answered_by_its_timeout_times_out_on_the_schedules_clock_before_a_longer_sleep():
+    # Free-running, a caller that gives up after 20 s on a handler that sleeps 60 s
+    # gets torch's timeout error. Half on the real clock, it was answered.
+    world, call = caller_and_sleeping_handler(timeout=20.0, sleep=60.0)
+    s = world.scheduler
+    assert timed_out(world) == [(0, call)] and s.now == 20.0, "the earliest end is the call's timeout"
+    assert s.tasks["a"].state == "blocked" and not s.quiet(), "its completion (the error) is due from its rank"
+    world.say(0, msg.Completed(call))
+    assert world.goes()[-1] == "a" and not s.tasks["a"].notified, "the caller goes on, woken by the clock"
+    world.say(0, msg.End("a"))
+    assert world.goes()[-1] == "a/1" and s.now == 60.0, "then the handler's sleep ends"
+    world.say(1, msg.End("a/1"))
+    assert s.quiet() and call not in s.answers, "no answer is due for a call that timed out"
+
+
+def test_a_call_answered_before_its_timeout_never_times_out():
+    world, call = caller_and_sleeping_handler(timeout=20.0, sleep=5.0)
+    s = world.scheduler
+    assert world.goes()[-1] == "a/1" and s.now == 5.0, "the sleep ends first"
+    world.say(1, msg.End("a/1"))
+    world.say(0, msg.Completed(call))
+    assert world.goes()[-1] == "a"
+    world.say(0, msg.Block("a", "sleep", ("timer",), 100.0))
+    assert timed_out(world) == [] and s.now == 105.0, "the answered call's timer ended nothing"
+
+
+def test_a_call_with_no_timeout_never_times_out():
+    world, _ = caller_and_sleeping_handler(timeout=None, sleep=60.0)
+    assert timed_out(world) == [] and world.goes()[-1] == "a/1" and world.scheduler.now == 60.0
+
+
+def test_a_timeout_and_a_sleep_ending_together_end_together():
+    world, call = caller_and_sleeping_handler(timeout=30.0, sleep=30.0)
+    assert timed_out(world) == [(0, call)] and world.scheduler.now == 30.0
+    assert world.goes()[-1] == "a/1", "the sleeper woke at the same moment"
+
+
+def test_a_call_to_a_frozen_rank_times_out_on_the_schedules_clock_not_the_real_one():
+    world = World(schedule="pct:1")
+    world.say(0, msg.Begin("a", "main", "start"))
+    world.say(1, msg.Begin("b", "main", "start"))
+    s = world.scheduler
+    s.rank_gone(1, frozen=True)
+    s.decide()
+    assert world.goes()[-1] == "a"
+    world.say(0, msg.Issued("a/1", 1, python=True, timeout=7.0))
+    assert world.all_goes()[-1] == "a", "its caller goes on at once: nothing answers a frozen rank"
+    world.say(0, msg.Block("a", "wait f", ("call", "a/1")))
+    assert timed_out(world) == [(0, "a/1")] and s.now == 7.0
+    # One issued before the freeze: its timeout too, not an answer, ends it.
+    other = World(schedule="pct:1")
+    other.say(0, msg.Begin("a", "main", "start"))
+    other.say(1, msg.Begin("b", "main", "start"))
+    if other.goes()[0] == "b":
+        other.say(1, msg.Block("b", "wait forever", ("cond", 9)))
+    else:
+        other.say(0, msg.At("a", "start"))
+        other.say(1, msg.Block("b", "wait forever", ("cond", 9)))
+    other.say(0, msg.Issued("a/1", 1, python=True, timeout=3.0), msg.Block("a", "wait f", ("call", "a/1")))
+    other.scheduler.rank_gone(1, frozen=True)
+    other.scheduler.decide()
+    assert timed_out(other) == [(0, "a/1")] and other.scheduler.now == 3.0
+
+
+def test_while_a_thread_of_the_programs_own_lives_the_schedules_clock_waits_for_it():
+    # It runs free, on the real clock: jumping to a call's timeout while it
+    # was about to set the Event the call's handler waits on timed the call
+    # out where free-running it is answered (tests/programs/thread_issuer.py).
+    world, call = caller_and_sleeping_handler(timeout=20.0, sleep=60.0)
+    fresh = World(schedule="pct:1")
+    fresh.say(0, msg.Begin("a", "main", "start"))
+    fresh.say(1, msg.Begin("b", "main", "start"))
+    s = fresh.scheduler
+    runner = fresh.goes()[0]
+    rank = 0 if runner == "a" else 1
+    fresh.say(rank, msg.ProgramThread("setter", alive=True), msg.Block(runner, "sleep", ("timer",), 5.0))
+    other = "b" if runner == "a" else "a"
+    fresh.say(1 - rank, msg.Block(other, "sleep", ("timer",), 7.0))
+    assert s.now == 0.0 and fresh.goes() == [runner, other], "no jump while the setter lives"
+    assert s.stalled().endswith("and the schedule's clock waits for threads of the program's own, which run "
+                                f"free: 'setter' on rank {rank}"), s.stalled()
+    fresh.say(rank, msg.ProgramThread("setter", alive=False))
+    assert s.now == 5.0 and fresh.goes() == [runner, other, runner], "it ended: the clock goes on"
+    assert timed_out(world) == [(0, call)], "(without such a thread, the timeout came at once)"
+
+
+def test_steps_after_every_entry_ended_run_but_are_not_the_schedules():
+    # Whether the world's shutdown gives up control before or after such a
+    # step ends is the clock's choice: one seed took two digests.
+    world = World(schedule="pct:1")
+    world.say(0, msg.Begin("a", "main", "start"))
+    world.say(1, msg.Begin("b", "main", "start"))
+    s = world.scheduler
+    if s.running.id == "a":
+        world.say(0, msg.Block("a", "sleep", ("timer",), 1.0))
+    world.say(1, msg.End("b"))
+    assert s.running.id == "a" and s.tasks["b"].state == "ended"
+    world.say(0, msg.Issued("a/1", 1, python=True, timeout=20.0), msg.Block("a", "wait slow", ("call", "a/1")))
+    world.say(1, msg.Begin("a/1", "serving slow for a", "serve slow", call="a/1"))
+    slept_at = s.now
+    world.say(1, msg.Block("a/1", "sleep", ("timer",), 60.0))
+    world.say(0, msg.Completed("a/1"))
+    assert timed_out(world) == [(0, "a/1")] and world.goes()[-1] == "a"
+    world.say(0, msg.End("a"))
+    steps = [(step.task, step.point) for step in s.steps]
+    assert steps[-1] == ("a", "end")
+    assert world.goes()[-1] == "a/1" and s.now == slept_at + 60.0, "the handler's sleep still ends, on its clock"
+    world.say(1, msg.End("a/1"))
+    assert [(step.task, step.point) for step in s.steps] == steps, "its step is not recorded"

@@ -348,3 +348,106 @@ def test_a_threads_state_is_read_after_its_name_whatever_the_name_holds(monkeypa
     assert _schedule_link._any_runnable([1]), "the third thread runs"
     stats["/proc/1/task/12/stat"] = "12 (R) S 1 2"
     assert not _schedule_link._any_runnable([1]), "R in a name is not a state"
+
+
+# -- a step that spins -----------------------------------------------------------------------------
+
+SPINNING = ((1, "prog.py", "run_worker"), (2, "prog.py", "spin"))
+
+
+def running_while_another_waits(now: list[float]) -> tuple[_schedule_link.ScheduleLink, str, str, FakeConn]:
+    """Two mains on two ranks: the chosen one runs, the other waits for its turn."""
+    zero, one = FakeConn(msg.Begin("a", "main", "start")), FakeConn(msg.Begin("b", "main", "start"))
+    link = link_of(zero, one, now=now)
+    link.drain(0)
+    link.drain(1)
+    running = link.scheduler.running.id
+    return link, running, "b" if running == "a" else "a", zero if running == "a" else one
+
+
+def answer_looks(link: _schedule_link.ScheduleLink, conn: FakeConn, rank: int, frames: tuple, cpu: float) -> int:
+    """Answer every look sent to ``conn`` so far; how many there were."""
+    looks = [m for m in conn.sent if isinstance(m, msg.Look)]
+    conn.sent = [m for m in conn.sent if not isinstance(m, msg.Look)]
+    for look in looks:
+        conn.incoming.append(msg.Looked(look.task, frames, "prog.py:9 in spin", cpu))
+    link.drain(rank)
+    return len(looks)
+
+
+def watch(link, conn, rank, *, seconds: float, now: list[float], frames=lambda i: SPINNING,
+          cpu=lambda i: 0.5 * i) -> str | None:
+    """Run the spin watch every half second for ``seconds``, each look answered."""
+    said = None
+    for i in range(int(seconds / 0.5) + 1):
+        said = link.spinning()
+        if said is not None:
+            return said
+        answer_looks(link, conn, rank, frames(i), cpu(i))
+        now[0] += 0.5
+    return said
+
+
+def test_a_step_that_stays_in_the_same_calls_on_a_cpu_while_another_waits_is_named_a_stall_of_the_schedule():
+    now = [0.0]
+    link, running, other, conn = running_while_another_waits(now)
+    rank = 0 if running == "a" else 1
+    said = watch(link, conn, rank, seconds=_schedule_link.SPIN_SECONDS + 1, now=now)
+    assert said is not None and now[0] >= _schedule_link.SPIN_SECONDS, "named only once its seconds passed"
+    assert said.startswith(f"{running} (main) ran for ") and "without reaching a scheduling point since start" in said
+    assert "(at prog.py:9 in spin)" in said and f"while {other} (main) at start waited for a turn" in said
+    assert said.endswith("A stall of the schedule's making, not a hang of the program's: free-running, the program "
+                         "may pass"), said
+
+
+def test_a_step_whose_calls_change_keeps_its_turn_however_long_it_runs():
+    now = [0.0]
+    link, running, _, conn = running_while_another_waits(now)
+    rank = 0 if running == "a" else 1
+    moving = watch(link, conn, rank, seconds=4 * _schedule_link.SPIN_SECONDS, now=now,
+                   frames=lambda i: SPINNING + ((3 + i % 3, "prog.py", f"layer{i % 3}"),))
+    assert moving is None, "a computation that moves through its code is not a spin"
+    # Once it stays in one place, the window starts there: not at the step's start.
+    started = now[0]
+    said = watch(link, conn, rank, seconds=2 * _schedule_link.SPIN_SECONDS, now=now)
+    assert said is not None and now[0] - started >= _schedule_link.SPIN_SECONDS
+
+
+def test_a_step_that_uses_no_cpu_is_not_a_spin_and_a_look_is_no_progress(monkeypatch):
+    now = [0.0]
+    link, running, _, conn = running_while_another_waits(now)
+    rank = 0 if running == "a" else 1
+    heard = link.heard
+    assert watch(link, conn, rank, seconds=3 * _schedule_link.SPIN_SECONDS, now=now, cpu=lambda i: 0.001 * i) is None
+    assert link.heard == heard, "answers to the link's looks do not reset the watch for a blocked step"
+    unknown = watch(link, conn, rank, seconds=3 * _schedule_link.SPIN_SECONDS, now=now, cpu=lambda i: -1.0)
+    assert unknown is None, "no CPU time known: no evidence"
+    gone = watch(link, conn, rank, seconds=3 * _schedule_link.SPIN_SECONDS, now=now, frames=lambda i: ())
+    assert gone is None, "no thread to look at: no evidence"
+
+
+def test_a_step_nobody_waits_for_is_never_looked_at():
+    now = [0.0]
+    conn = FakeConn(msg.Begin("a", "main", "start"))
+    link = link_of(conn, now=now)
+    link.drain(0)
+    assert link.scheduler.running is not None
+    for _ in range(4 * int(_schedule_link.SPIN_SECONDS)):
+        assert link.spinning() is None
+        now[0] += 0.5
+    assert not [m for m in conn.sent if isinstance(m, msg.Look)], "alone, it may compute as long as it likes"
+
+
+def test_the_running_task_is_looked_at_every_half_second_and_a_stale_answer_is_dropped():
+    now = [0.0]
+    link, running, other, conn = running_while_another_waits(now)
+    rank = 0 if running == "a" else 1
+    link.spinning()
+    link.spinning()
+    assert [m for m in conn.sent if isinstance(m, msg.Look)] == [msg.Look(running)], "one look per half second"
+    now[0] += _schedule_link.LOOK_SECONDS
+    link.spinning()
+    assert answer_looks(link, conn, rank, SPINNING, 1.0) == 2
+    conn.incoming.append(msg.Looked(other, SPINNING, "x", 1.0))  # not the running task: ignored
+    link.drain(rank)
+    assert link.looks.last[1].task == running

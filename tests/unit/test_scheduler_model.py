@@ -20,7 +20,8 @@ simple model of its guarantees (docs/guides/schedules.md, "What the scheduler gu
 3. Schedule time: a sleep ends only when no task can run, the earliest
    first; the clock never goes back, and the woken task is told it was not
    notified.
-4. Each stop of the running task is exactly one recorded step, in order.
+4. Each stop of the running task is exactly one recorded step, in order,
+   until every entry has ended: steps after that are not the schedule's.
 5. The same inputs and seed give the same choices, every time; and a
    replay of the recorded steps, fed the same inputs, takes them without
    divergence, in the same number of steps.
@@ -94,10 +95,14 @@ class ScheduledWorld(RuleBasedStateMachine):
         self.counter += 1
         return f"{prefix}{self.counter}"
 
+    def _entries_over(self) -> bool:
+        return len(self.begun | self.gone) == RANKS and all(self.state[f"worker{r}"] == "ended" for r in self.begun)
+
     def _stop(self, point: str, state: object) -> None:
         task = self.running
-        self.stops.append((task, point))
-        self.stopped_by.append(len(self.inputs) + 1)  # the input that tells it, about to be logged
+        if not self._entries_over():
+            self.stops.append((task, point))
+            self.stopped_by.append(len(self.inputs) + 1)  # the input that tells it, about to be logged
         self.state[task] = state
         self.running = None
 
@@ -327,8 +332,9 @@ class ScheduledWorld(RuleBasedStateMachine):
     @rule(rank=st.integers(0, RANKS - 1), frozen=st.booleans())
     def a_rank_dies_or_freezes(self, rank: int, frozen: bool) -> None:
         if self.running is not None and self.rank_of[self.running] == rank:
-            self.stops.append((self.running, "frozen" if frozen else "died"))
-            self.stopped_by.append(len(self.inputs) + 1)
+            if not self._entries_over():
+                self.stops.append((self.running, "frozen" if frozen else "died"))
+                self.stopped_by.append(len(self.inputs) + 1)
             self.running, self.awaiting = None, None
         self.gone.add(rank)
         for task, r in self.rank_of.items():

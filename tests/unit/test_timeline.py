@@ -667,7 +667,7 @@ def test_a_controlled_schedules_steps_are_drawn_on_their_ranks_with_preemptions_
     ranks = [RankOutcome(r, f"w{r}", status="ok", events=[ev(r, 0.0, "start"), ev(r, 0.1, "entry_start"),
                                                          ev(r, 0.9, "entry_done")]) for r in (0, 1)]
     steps = [Step(0, 0, "w0", "w0", "main", "rpc.call:f", False, 1000.2, 1000.3),
-             Step(1, 1, "w1", "w0/1", "serving f for w0", "end", True, 1000.3, 1000.5)]
+             Step(1, 1, "w1", "w0/1", "serving f for w0", "end", True, 1000.3, 1000.5, clock=20.0)]
     world = WorldResult(names=("w0", "w1"), seed=1, faults=FaultPlan(), deadline=5.0, ranks=ranks, schedule=steps,
                         schedule_note="controlled (controlled), 2 steps")
     events = [e for e in trace_events(world) if e.get("cat") == "step"]
@@ -677,6 +677,7 @@ def test_a_controlled_schedules_steps_are_drawn_on_their_ranks_with_preemptions_
     bands = [g for g in root.iter(f"{SVG}g") if g.get("class") == "steps"]
     assert len(bands) == 2, "one band per rank that ran steps"
     titles = [t.text for g in bands for t in g.iter(f"{SVG}title")]
-    assert titles == ["step 0: main -> rpc.call:f", "step 1: serving f for w0 -> end"]
+    assert titles == ["step 0: main -> rpc.call:f (at 0 s on the schedule's clock)",
+                      "step 1: serving f for w0 -> end (at 20 s on the schedule's clock)"], "and the schedule's time"
     ticks = [line for line in bands[1].iter(f"{SVG}line")]
     assert len(ticks) == 1 and not list(bands[0].iter(f"{SVG}line")), "the preempting step is ticked, only it"

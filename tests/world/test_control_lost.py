@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401 - before any in-process session (see test_plugin.py)
-from programs import held_lock
+from programs import held_lock, spin_handoff
 
 import rpc_harness
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-HELD_LOCK = (Path(__file__).parent.parent / "programs" / "held_lock.py").read_text()
+PROGRAMS = Path(__file__).parent.parent / "programs"
+HELD_LOCK = (PROGRAMS / "held_lock.py").read_text()
 LOSES_CONTROL = HELD_LOCK + """
 
 def test_loses_control(rpc_world):
@@ -72,3 +73,36 @@ def test_explore_counts_the_worlds_that_lost_control_and_where():
     assert re.fullmatch(r"explored 2 controlled schedule\(s\), \d distinct: 0 ran controlled to the end, "
                         r"2 lost control \(at step \d: seeds? 1.*\)", summary[0]), summary
     assert summary[1].startswith("no schedule failed, but 2 of 2 world(s) lost control"), summary
+
+
+SPIN_STALL = ("A stall of the schedule's making, not a hang of the program's: free-running, the program may pass")
+
+
+def test_a_spin_on_memory_a_waiting_handler_writes_is_named_a_stall_of_the_schedule_not_a_hang():
+    # Before: every seed that let the keeper's main go first spun until the
+    # deadline, reported as "rpc world hung", controlled, control never lost.
+    free = rpc_harness.spawn(spin_handoff.run_worker, args=(2,), nprocs=2, seed=1, deadline=60)
+    assert free.ok, free.report()
+    world = rpc_harness.spawn(spin_handoff.run_worker, args=(2,), nprocs=2, seed=1, schedule="controlled",
+                              deadline=60, check=False)
+    assert world.ok, world.report()  # run free from the stall on, it ends as free-running it does
+    assert not world.controlled and world.control_lost_at == 0, world.schedule_note
+    note = world.schedule_note
+    assert re.match(r"no longer controlled: keeper \(main\) ran for \d+\.\d+s without reaching a scheduling point "
+                    r"since start, in the same calls for the last \d+\.\d+s \(at \S+spin_handoff\.py:\d+ in run_worker\)",
+                    note), note
+    assert "while giver1 (main) at start waited for a turn" in note and SPIN_STALL in note, note
+    assert 'while "value" not in box:' in note, "the stacks show the spin"
+    assert "hung" not in world.report()
+
+
+def test_under_the_strict_flag_a_spin_stall_fails_its_test_naming_it(pytester):
+    pytester.makepyfile((PROGRAMS / "spin_handoff.py").read_text() + """
+
+def test_spins(rpc_world):
+    rpc_world.spawn(run_worker, args=(2,), nprocs=2, seed=1, schedule="controlled", deadline=60)
+""")
+    result = run(pytester, "--rpc-schedule-strict")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "rpc_harness.errors.ControlLost: --rpc-schedule-strict" in out and SPIN_STALL in out, out

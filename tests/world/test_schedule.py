@@ -13,6 +13,7 @@ from programs import (
     batch_updates,
     lock_across_call,
     pipeline_callbacks,
+    slow_answer,
     split_learning,
     thread_issuer,
     tutorial_ps_mnist,
@@ -344,3 +345,41 @@ def test_nested_async_execution_relays_take_one_schedule_per_seed():
             assert world.values[0][0] == [3, 5, 7] and sorted(world.values[0][1]) == [1, 2, 3]
         assert len({w.schedule_digest for w in worlds}) == 1
         assert len({tuple(w.values[0][1]) for w in worlds}) == 1
+
+
+TIMED_OUT = "RuntimeError: RPCErr:1:RPC ran for more than set timeout ({} ms) and will now be marked with an error"
+
+
+def impatient(schedule: str, seed: int = 1, **kwargs) -> rpc_harness.WorldResult:
+    """slow_answer's caller and server (kwargs: sleep, timeout, how; rpc_timeout for the world's)."""
+    rpc_timeout = kwargs.pop("rpc_timeout", None)
+    return rpc_harness.spawn(slow_answer.run_worker, args=(2,), kwargs=kwargs, nprocs=2, seed=seed, schedule=schedule,
+                             deadline=120, **({"rpc_timeout": rpc_timeout} if rpc_timeout else {}))
+
+
+def test_a_call_that_outlives_its_timeout_times_out_under_control_as_it_does_free_running():
+    # Half on each clock, the handler's sleep ran on the schedule's and the
+    # call's timeout on the real one: the call was answered, in no time, which
+    # no free-running world does. Its verdict (the error's type and message
+    # included) is now the free-running one.
+    free = impatient("free", sleep=3.0, timeout=1.0)
+    assert free["impatient"].value == TIMED_OUT.format(1000), free["impatient"].value
+    under_control = impatient("controlled", sleep=3.0, timeout=1.0)
+    assert under_control.controlled, under_control.schedule_note
+    assert under_control["impatient"].value == free["impatient"].value
+    for how in ("sync", "async"):
+        world = impatient("controlled", sleep=60.0, timeout=20.0, how=how)
+        assert world.controlled and world["impatient"].value == TIMED_OUT.format(20000), world["impatient"].value
+
+
+def test_a_contract_on_the_worlds_30s_rpc_timeout_gives_one_verdict_under_control_and_replays():
+    worlds = [impatient("controlled", seed=3, sleep=60.0, timeout=None, rpc_timeout=30.0) for _ in range(3)]
+    assert [w["impatient"].value for w in worlds] == [TIMED_OUT.format(30000)] * 3
+    assert all(w.controlled for w in worlds) and len({w.schedule_digest for w in worlds}) == 1
+    ended = [s for s in worlds[0].schedule if s.worker == "impatient" and s.point == "end"]
+    assert [s.clock for s in ended] == [30.0], "the caller's error came at its timeout, on the schedule's clock"
+    replay = impatient(S.replay_schedule(worlds[0].schedule), seed=3, sleep=60.0, timeout=None, rpc_timeout=30.0)
+    assert replay.schedule_digest == worlds[0].schedule_digest and not replay.problems
+    # Answered in time, the same call is answered: the timeout is no blanket error.
+    answered = impatient("controlled", seed=3, sleep=29.0, timeout=None, rpc_timeout=30.0)
+    assert answered.controlled and answered["impatient"].value == "answered"
