@@ -212,7 +212,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_faults.py",
         "tests/unit/test_parsers.py",
     ],
-    "rpc_harness/strict_json.py": ["tests/unit/test_guards.py", "tests/unit/test_torchrun.py"],
+    "rpc_harness/strict_json.py": ["tests/unit/test_edges.py", "tests/unit/test_torchrun.py"],
     "rpc_harness/seeds.py": [
         "tests/unit/test_schedule_core.py",
         "tests/unit/test_schedule_strategies.py",
@@ -257,6 +257,8 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/_netns.py": ["tests/world/test_isolation.py"],
     "rpc_harness/interrupts.py": ["tests/world/test_interrupts.py"],
     "rpc_harness/c10d/hooks.py": ["tests/world/test_c10d_faults.py", "tests/world/test_c10d_reports.py"],
+    "rpc_harness/c10d/group.py": ["tests/world/test_collectives.py"],
+    "rpc_harness/c10d/clean.py": ["tests/world/test_collective_reuse.py"],
     # No function: nothing for mutmut to mutate.
     "rpc_harness/__init__.py": [],
     "rpc_harness/__main__.py": [],
