@@ -186,12 +186,16 @@ class PackageScenario:
         validate: Callable[[Any, int, int], None] | None = None,
         outcome: Callable[..., Outcome] | None = None,
         needs: Sequence[str] = (),
+        world: Mapping[str, Any] | None = None,
     ) -> None:
         self.name: str = config.NAME
         self.summary = summary
         # The optional packages (of an extra: rpc_harness.extras) its ranks
         # import where used: `rpc-harness list` names them, and the extra.
         self.needs: tuple[str, ...] = tuple(needs)
+        # The world options its worlds take unless the caller gives them:
+        # a collective scenario's process group, and whether it needs RPC.
+        self.world: dict[str, Any] = dict(world or {})
         self.min_world_size: int = config.MIN_WORLD_SIZE
         self.default_world_size: int = config.DEFAULT_WORLD_SIZE
         self.failpoints: tuple[str, ...] = config.FAILPOINTS
@@ -539,9 +543,14 @@ def run_scenario(
     size = sc.default_world_size if world_size is None else world_size
     names = world_names(sc, size, where=f"{sc.name}: names")
     cfg = make_config(sc, config)
-    checked = WorldOptions.from_values(options, where=sc.name)
+    # The scenario's own world options (a collective one's process group)
+    # unless the caller gives them; its token carries only the caller's, as
+    # the scenario gives its own again when the token replays.
+    own = {name: value for name, value in getattr(sc, "world", {}).items() if name not in options}
+    checked = WorldOptions.from_values({**own, **options}, where=sc.name)
     # The token carries what was given (failpoints: only the caller's own).
-    carried = {name: value for name, value in checked.given() if DECLARED[name].token and name != "seed"}
+    carried = {name: value for name, value in checked.given()
+               if DECLARED[name].token and name != "seed" and name not in own}
     failpoints = tuple(dict.fromkeys((*sc.failpoints, *(checked.failpoints or ()))))
     checked = dataclasses.replace(checked, failpoints=failpoints)
     seed: int = checked.seed  # type: ignore[assignment]  # drawn by from_values when not given

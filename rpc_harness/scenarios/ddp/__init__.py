@@ -82,6 +82,7 @@ SCENARIO = PackageScenario(
     config, judge, entry=entry, baseline=_replay, fault_checks=_fault_checks,
     summary="the DDP tutorial's ToyModel on N ranks against one process on the global batch",
     metric_name="loss",
+    world={"process_group": "gloo", "rpc": False},
 )
 
 # ``run(config=None, *, world_size=..., seed=..., faults=...)``: this scenario

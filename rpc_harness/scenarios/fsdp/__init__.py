@@ -73,6 +73,7 @@ SCENARIO = PackageScenario(
     config, judge, entry=entry, baseline=_replay, fault_checks=_fault_checks, validate=validate,
     summary="FSDP2 (fully_shard per block and root, AdamW) on a small transformer against one process",
     metric_name="loss",
+    world={"process_group": "gloo", "rpc": False},
 )
 
 run = functools.partial(run_scenario, SCENARIO)
