@@ -40,7 +40,7 @@ def _killed_by_the_plan(tmp_path, rank):
 def test_a_survivor_failing_after_a_planned_kill_is_stopped_by_it(tmp_path):
     supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
     _killed_by_the_plan(tmp_path, 2)
-    supervisor._on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
     outcome = supervisor.outcomes[0]
     assert outcome.status == R.STOPPED and not outcome.failed
     assert outcome.stopped_because.startswith("rank 2 (worker2) was killed by the fault plan, and a collective")
@@ -54,7 +54,7 @@ def test_a_survivor_failing_after_a_peer_died_is_stopped_by_its_death(tmp_path):
         while not open(f"/proc/{dead.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
             time.sleep(0.01)
         supervisor.procs[2] = SimpleNamespace(pid=dead.pid)
-        supervisor._on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+        supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
     finally:
         dead.wait()
     outcome = supervisor.outcomes[0]
@@ -67,5 +67,5 @@ def test_a_failure_is_a_failure_without_a_planned_kill_or_in_an_rpc_world(tmp_pa
     supervisor = _supervisor(tmp_path, **options)
     if not options:
         _killed_by_the_plan(tmp_path, 2)  # an RPC world's survivors may handle a dead peer: their failures count
-    supervisor._on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
     assert supervisor.outcomes[0].status == R.RAISED
