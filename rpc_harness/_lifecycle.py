@@ -138,11 +138,13 @@ class Lifecycle:
                 f"the world brought up the default process group already (process_group={self.process_group!r}): "
                 "a spawned program that calls dist.init_process_group itself is spawned without process_group")
         rank, world_size = call.arguments.get("rank", -1), call.arguments.get("world_size", -1)
-        if rank not in (-1, None, ctx.rank):
-            raise ValueError(f"init_process_group(rank={rank}) in the process the harness started as rank {ctx.rank}")
-        if world_size not in (-1, None, ctx.world_size):
-            raise ValueError(f"init_process_group(world_size={world_size}) in a world the harness started with "
-                             f"{ctx.world_size} processes (nprocs={ctx.world_size})")
+        if rank not in (-1, None, ctx.rank) or world_size not in (-1, None, ctx.world_size):
+            # A group of some of the world's processes, numbered its own way
+            # (the DDP + RPC tutorial's trainers, on a store of their own):
+            # torch's call as it is; it is not the world's, and joins nothing.
+            returned = c10d_group.call_original(call)
+            ctx.group = c10d_group.default_group()
+            return returned
         if c10d_group.uses_environment(call):
             call.arguments.pop("init_method", None)
             call.arguments.update(store=c10d_group.world_store(self.init_method.removeprefix("file://")),

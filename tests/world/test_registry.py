@@ -90,7 +90,7 @@ def test_a_scenario_registered_by_another_package_runs_replays_benches_and_draws
 
     assert done["bench"]["code"] == 0, done["bench"]
     rows = json.loads(figures.read_text())["scenarios"]
-    assert [(r["scenario"], r["world_size"], r["ok"]) for r in rows] == [("tiny", 2, True)]
+    assert [(r["scenario"], r["world_size"], r["ok"]) for r in rows] == [("tiny", 2, True), ("tiny", 4, True)]
 
     assert done["drawn"] == [["owner", "worker1", "worker2"], "delay:owner@tiny.step#1+=0.001s"]
 

@@ -153,9 +153,12 @@ def test_the_fixture_runs_controlled_worlds(rpc_world):
 def test_a_controlled_worlds_replay_line_takes_its_steps_and_fails_again():
     failing = next(w for w in (lost(seed) for seed in range(2, 9)) if not w.ok)
     line = failing.repro.splitlines()[-1].removeprefix("    or: ")
-    assert line.startswith("rpc_harness.spawn(") and "schedule='replay:" in line, failing.repro
-    assert line.endswith(")")
-    again = eval(line[:-1] + ", check=False, deadline=60)", {"rpc_harness": rpc_harness})
+    setup, _, call = line.rpartition("; ")  # the import path the line sets up first, where it does
+    assert call.startswith("rpc_harness.spawn(") and "schedule='replay:" in call, failing.repro
+    assert call.endswith(")")
+    namespace = {"rpc_harness": rpc_harness}
+    exec(setup, namespace)
+    again = eval(call[:-1] + ", check=False, deadline=60)", namespace)
     assert again.schedule_digest == failing.schedule_digest and verdict(again) == verdict(failing)
     assert not again.problems
 
