@@ -298,8 +298,10 @@ class Supervisor:
             _signal(self.procs[dead.rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
             outcome = self.outcomes[rank]
+            # (A rank its plan is killing too is left to its own kill: stopped
+            # here first, it read as stopped by the harness, not killed as planned.)
             if (rank != dead.rank and rank not in self.frozen and rank not in self.stopped_by_death
-                    and outcome.phase != "done" and not outcome.failed):
+                    and outcome.phase != "done" and not outcome.failed and not self._plan_killed(rank)):
                 outcome.stopped_because = self.ended_by
                 self.stopped_by_death.add(rank)
                 if planned:  # otherwise the world has failed: _stop_survivors stops them, keeping their stacks
