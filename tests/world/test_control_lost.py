@@ -33,8 +33,12 @@ def run(pytester, *args):
 def test_a_world_that_lost_control_warns_with_the_step_and_the_stacks(pytester):
     pytester.makepyfile(LOSES_CONTROL)
     result = run(pytester)
-    result.assert_outcomes(passed=1, warnings=1)
+    result.assert_outcomes(passed=1)
     out = result.stdout.str()
+    # Exactly one warning of the world's. (In a whole-suite run the session
+    # once also showed two PytestAssertRewriteWarnings about rpc_harness,
+    # left by an earlier test of its worker: counted apart, not here.)
+    assert out.count("ControlLostPytestWarning: ") == 1, out
     step = re.search(r"LOST AT (\d+)", out)[1]  # 2 or 3: whichever main task the seed starts first
     assert "ControlLostPytestWarning: test_a_world_that_lost_control_warns_with_the_step_and_the_stacks.py" \
            "::test_loses_control: rpc world 0 (seed " in out, out
