@@ -29,7 +29,10 @@ highlight_language = "text"
 # their signatures as written.
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_preserve_defaults = True
+# False: the doors' signatures are written from the options' declaration
+# (options.takes_world_options), not their source, whose defaults autodoc's
+# preserve_defaults reads ("pop from empty list" for every door).
+autodoc_preserve_defaults = False
 
 # Every cross-reference must resolve (a renamed function a docstring names
 # fails the build), except types that only appear in signatures: the
