@@ -85,6 +85,7 @@ class Supervisor:
         self.collective = spec.options.process_group is not None
         self.ended_by = ""  # why a collective world was ended before its entries were done (see _end_collective)
         self.stopped_by_death: set[int] = set()  # ranks it stopped so
+        self.hearing: set[int] = set()  # ranks whose messages are being heard (see _dead_peer)
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
@@ -316,8 +317,21 @@ class Supervisor:
         of it, and before its exit reaches this supervisor."""
         if not self.collective or skipped:
             return None
+        self.hearing.add(rank)
+        try:
+            return self._first_dead_peer(rank)
+        finally:
+            self.hearing.discard(rank)
+
+    def _first_dead_peer(self, rank: int) -> tuple[RankOutcome, str] | None:
         for other in self.outcomes:
-            if other.rank == rank or other.status in (R.RAISED, R.SKIPPED, R.OK):
+            if other.rank == rank:
+                continue
+            if other.rank in self.running and _process_ended(self.procs[other.rank].pid):
+                # Its last words first: a peer that raised of the same death and
+                # exited, its failure still unread, is a survivor, not the dead.
+                self._hear_last_words(other.rank)
+            if other.status in (R.RAISED, R.SKIPPED, R.OK) or other.rank in self.stopped_by_death:
                 continue
             if other.status == R.KILLED or (other.rank in self.running and self._plan_killed(other.rank)):
                 return other, "was killed by the fault plan"
@@ -326,6 +340,17 @@ class Supervisor:
             if other.status == R.DIED or (other.rank in self.running and _process_ended(self.procs[other.rank].pid)):
                 return other, "died"
         return None
+
+    def _hear_last_words(self, rank: int) -> None:
+        """Read what the ended ``rank`` still has to say (not again while its
+        own message is being heard: that would hear it out of order)."""
+        if rank in self.hearing or rank not in self.open_conns:
+            return
+        self.hearing.add(rank)
+        try:
+            self._drain(rank)
+        finally:
+            self.hearing.discard(rank)
 
     def _plan_killed(self, rank: int) -> bool:
         return any(fired.kind in ENDING_KINDS for fired in faults_fired(self.events_of(rank)))

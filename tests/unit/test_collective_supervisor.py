@@ -7,8 +7,10 @@ the world tests cannot force)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import time
+from contextlib import ExitStack
 from types import SimpleNamespace
 
 import pytest
@@ -47,19 +49,46 @@ def test_a_survivor_failing_after_a_planned_kill_is_stopped_by_it(tmp_path):
     assert outcome.stopped_because.endswith(f"(it had raised: {CLOSED})")
 
 
+def _ended_process(stack: ExitStack) -> SimpleNamespace:
+    """A process that has exited: a zombie until waited for, as a rank until its forkserver reaps it."""
+    dead = subprocess.Popen(["true"])
+    stack.callback(dead.wait)
+    while not open(f"/proc/{dead.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+        time.sleep(0.01)
+    return SimpleNamespace(pid=dead.pid)
+
+
 def test_a_survivor_failing_after_a_peer_died_is_stopped_by_its_death(tmp_path):
     supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
-    dead = subprocess.Popen(["true"])  # exits at once; a zombie until waited for, as a rank until its forkserver reaps it
-    try:
-        while not open(f"/proc/{dead.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
-            time.sleep(0.01)
-        supervisor.procs[2] = SimpleNamespace(pid=dead.pid)
+    with ExitStack() as stack:
+        supervisor.procs[2] = _ended_process(stack)
         supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
-    finally:
-        dead.wait()
     outcome = supervisor.outcomes[0]
     assert outcome.status == R.STOPPED and outcome.stopped_because.startswith("rank 2 (worker2) died, and a collective")
     assert supervisor.outcomes[1].stopped_because == supervisor.ended_by, "the other survivor is stopped by it too"
+
+
+def test_a_survivor_that_raised_and_exited_before_its_failure_was_read_is_not_taken_for_the_dead(tmp_path):
+    # Rank 1 dies; rank 0's collective fails of it and rank 0 exits, its
+    # Failed still unread, before rank 2's Failed is heard: rank 0 is a
+    # survivor (it is read first), rank 1 the dead (a CI run named rank 0).
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    with ExitStack() as stack:
+        pipes = [multiprocessing.Pipe(duplex=False) for _ in range(3)]
+        for reader, writer in pipes:
+            stack.callback(reader.close)
+            stack.callback(writer.close)
+        supervisor.conns = [reader for reader, _ in pipes]
+        supervisor.open_conns = {0, 1, 2}
+        pipes[0][1].send(msg.Failed("entry", CLOSED, "traceback"))
+        supervisor.procs[0] = _ended_process(stack)
+        supervisor.procs[1] = _ended_process(stack)
+        supervisor.on_message(2, msg.Failed("entry", CLOSED, "traceback"))
+    assert supervisor.ended_by.startswith("rank 1 (worker1) died, and a collective"), supervisor.ended_by
+    for survivor in (0, 2):
+        outcome = supervisor.outcomes[survivor]
+        assert survivor in supervisor.stopped_by_death and not outcome.failed
+        assert outcome.stopped_because.startswith("rank 1 (worker1) died") and CLOSED in outcome.stopped_because
 
 
 @pytest.mark.parametrize("options", [{"process_group": "gloo"}, {}], ids=["no kill", "not collective"])
