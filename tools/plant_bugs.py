@@ -1275,6 +1275,14 @@ BUGS = (
         "        if not self.collective or skipped:\n            return None", "        if True:\n            return None",
         ("tests/unit/test_collective_supervisor.py::test_a_survivor_failing_after_a_planned_kill_is_stopped_by_it",
          "tests/unit/test_collective_supervisor.py::test_a_survivor_failing_after_a_peer_died_is_stopped_by_its_death")),
+    Bug("a survivor that raised and exited before its failure was read is taken for the dead rank",
+        "rpc_harness/_supervisor.py", "                self._hear_last_words(other.rank)", "                pass",
+        ("tests/unit/test_collective_supervisor.py::"
+         "test_a_survivor_that_raised_and_exited_before_its_failure_was_read_is_not_taken_for_the_dead",)),
+    Bug("a collective world's end stops a rank its own plan is killing", "rpc_harness/_supervisor.py",
+        "and not outcome.failed and not self._plan_killed(rank)):", "and not outcome.failed):",
+        ("tests/unit/test_collective_supervisor.py::"
+         "test_a_rank_its_own_plan_is_killing_is_left_to_that_kill_when_another_rank_ends_the_world",)),
     Bug("a collective world waits for its frozen rank until the deadline", "rpc_harness/_supervisor.py",
         "                if self.collective:\n                    self._end_collective(", "                if False:\n                    self._end_collective(",
         (CW + "test_a_frozen_rank_ends_a_collective_world_without_waiting_for_its_deadline",)),

@@ -91,6 +91,18 @@ def test_a_survivor_that_raised_and_exited_before_its_failure_was_read_is_not_ta
         assert outcome.stopped_because.startswith("rank 1 (worker1) died") and CLOSED in outcome.stopped_because
 
 
+def test_a_rank_its_own_plan_is_killing_is_left_to_that_kill_when_another_rank_ends_the_world(tmp_path):
+    # Rank 2 wrote its planned kill's event, its SIGKILL on the way, when
+    # rank 1's freeze ends the world: stopped by the harness first, the
+    # planned kill read as one that never ended its rank (a race seen once).
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    _killed_by_the_plan(tmp_path, 2)
+    supervisor.on_message(1, msg.Frozen())
+    assert supervisor.ended_by.startswith("rank 1 (worker1) was frozen by the fault plan")
+    assert 0 in supervisor.stopped_by_death and supervisor.outcomes[0].stopped_because == supervisor.ended_by
+    assert 2 not in supervisor.stopped_by_death and supervisor.outcomes[2].stopped_because == ""
+
+
 @pytest.mark.parametrize("options", [{"process_group": "gloo"}, {}], ids=["no kill", "not collective"])
 def test_a_failure_is_a_failure_without_a_planned_kill_or_in_an_rpc_world(tmp_path, options):
     supervisor = _supervisor(tmp_path, **options)
