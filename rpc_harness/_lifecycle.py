@@ -121,7 +121,8 @@ class Lifecycle:
             return
         self.phase = "group"
         self.events.write("group_start", backend=self.process_group)
-        self.ctx.group = c10d_group.bring_up(self.process_group, self.init_method.removeprefix("file://"),
+        self.ctx.group = c10d_group.bring_up(self.process_group,
+                                             c10d_group.world_store(self.init_method.removeprefix("file://")),
                                              self.ctx.rank, self.ctx.world_size, self.ctx.device)
         self.grouped = self.made_group = True
         self.events.write("group_done", backend=self.process_group)

@@ -162,14 +162,14 @@ class FaultKind:
     raises: bool = False
     faulty_agent: bool = False  # runs inside torch's FaultyTensorPipe agent
     message_types: tuple[str, ...] = ()  # a message kind's allowed types
-    under_torchrun: bool = True  # torchrun tears a job down when a worker dies or hangs
+    under_torchrun: bool = True  # judged under torchrun too (a rank that stops without ending is not)
     waits: bool = False  # it holds its rank (or the send) ARG seconds each time it fires
 
 
 FAULT_KINDS: dict[str, FaultKind] = {kind.name: kind for kind in (
     FaultKind("delay", "sleep ARG seconds at every hit", _duration("delay"), repeats=True,
               waits=True),
-    FaultKind("kill", "SIGKILL the rank", _no_argument("kill"), ends_rank=True, under_torchrun=False),
+    FaultKind("kill", "SIGKILL the rank", _no_argument("kill"), ends_rank=True),
     FaultKind("raise", "raise rpc_harness.InjectedFault (ARG: its message)", _message("raise"), raises=True),
     FaultKind("hang", "block forever", _no_argument("hang"), under_torchrun=False),
     FaultKind("freeze", "SIGSTOP the rank; the harness kills it once the others are done",

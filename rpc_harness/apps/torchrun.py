@@ -59,22 +59,29 @@ import json
 import math
 import os
 import pickle
+import shutil
 import signal
 import socket
 import sys
-import threading
+import tempfile
 import time
 import traceback
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from rpc_harness import scenario as registry
-from rpc_harness.context import RankContext, activate
+from rpc_harness._tally import unfired
+from rpc_harness.c10d import group as c10d_group
+from rpc_harness.c10d import hooks as c10d_hooks
+from rpc_harness.c10d.history import history_path, where_ranks_are
+from rpc_harness.context import EventLog, RankContext, activate, read_event_lines
 from rpc_harness.errors import (
     FaultPlanError,
     ScenarioError,
@@ -83,11 +90,13 @@ from rpc_harness.errors import (
     clip,
     one_line,
 )
+from rpc_harness.events import FaultFired, faults_fired
 from rpc_harness.faults import FAULT_KINDS, FaultPlan
-from rpc_harness.options import COMMAND_LINE_DEADLINE, add_option, whole_argument
+from rpc_harness.options import COMMAND_LINE_DEADLINE, WorldOptions, add_option, whole_argument
 from rpc_harness.rank_setup import die_with_parent, rpc_backend, warm_math_kernels
 from rpc_harness.rank_setup import pin_loopback as pin_to_lo
 from rpc_harness.repro import Repro, scenario_call
+from rpc_harness.result import DIED, HUNG, KILLED, OK, RAISED, STOPPED, RankOutcome, WorldResult
 from rpc_harness.scenario import Scenario
 from rpc_harness.seeds import seed_everything
 
@@ -188,7 +197,7 @@ def build_plan(text: str | None, names: Sequence[str], failpoints: Sequence[str]
         kinds = f"{', '.join(most)} and {last}" if most else last
         raise FaultPlanError(
             f"--faults: {', '.join(refused)}: {kinds} faults need the harness's supervisor "
-            "(torchrun tears a job down when a worker dies and has no per-rank deadline); "
+            "(a rank that stops without ending is judged from its stacks, which stay on its host); "
             "run them with rpc_harness.run_world or `rpc-harness run`"
         )
     return plan
@@ -209,68 +218,97 @@ def pin_loopback(master_addr: str) -> bool:
     return True
 
 
-# -- reports, gathered on the leader -----------------------------------------------------
+# -- what a rank and its watcher leave in the store --------------------------------------
+# Every process of the job talks through torchrun's store, under KEYS: a rank
+# writes its report there, its watcher what became of its process, the leader
+# the verdict on how to shut down. A rank's report cannot go over RPC: a
+# world of collectives only has no RPC agent, and a killed rank sends nothing.
+KEYS = "rpc_harness/torchrun"
+GROUP_KEYS = "rpc_harness/c10d"  # the default process group's keys, beside KEYS
+ENDED = "ended"  # (rank, why): the first rank a collective world lost
+VERDICT = "verdict"  # b"1": every rank shuts down gracefully; b"0": not
+READY = "ready"  # ranks whose report or end is in: the leader decides at world_size
+POLL = 0.05  # seconds between a watcher's looks at its rank and the store
+END_GRACE = 15.0  # seconds past the deadline a watcher waits for its rank, the leader for the others
+ONE_LOST = "and a collective world cannot go on without one of its ranks"  # as the harness's supervisor says
+
+
+def report_key(rank: int) -> str:
+    return f"report/{rank}"
+
+
+def end_key(rank: int) -> str:
+    return f"end/{rank}"
+
+
+def connect_store(env: LaunchEnv, *, host: bool, timeout: float) -> Any:
+    """The job's store, as seen under :data:`KEYS`. ``host``: this process
+    serves it (rank 0's watcher, where no torchrun agent does)."""
+    store = dist.TCPStore(env.master_addr, env.master_port, None, host, timedelta(seconds=timeout),
+                          wait_for_workers=False)
+    return dist.PrefixStore(KEYS, store)
+
+
+def ended_by(store: Any) -> tuple[int, str] | None:
+    """The rank a collective world lost first, and what happened to it (None: none yet)."""
+    if not store.check([ENDED]):
+        return None
+    rank, how = pickle.loads(store.get(ENDED))
+    return rank, how
+
+
+def say_ended(store: Any, rank: int, how: str) -> None:
+    """Record that ``rank`` left the world (``how``: a sentence), unless another did first."""
+    store.compare_set(ENDED, "", pickle.dumps((rank, how)))
 
 
 @dataclass
 class RankReport:
-    """What one rank sends the leader after its entry."""
+    """What one rank writes to the store after its entry."""
 
     rank: int
     name: str
     host: str
     pid: int
-    status: str  # "ok" or "raised"
+    status: str  # "ok", "raised", or "stopped" (it raised as a peer's death ended a collective world)
     seconds: float
     value: Any = None
     error: str | None = None
     traceback: str | None = None
+    phase: str = "entry"  # where it raised: "start-up" (the group, the RPC agent) or "entry"
+    stopped_because: str = ""
 
 
-class _Inbox:
-    """The leader's collection of reports. Every other rank waits (without
-    holding an RPC thread: an async_execution future) for the leader's verdict
-    on how to shut down, as the harness's supervisor tells its ranks."""
+@dataclass
+class RankEnd:
+    """What the watcher of one rank writes once the rank's process has ended."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Condition()
-        self.reports: dict[int, RankReport] = {}
-        self._waiting: list[torch.futures.Future] = []
-        self._verdict: bool | None = None
-
-    def put(self, report: RankReport) -> torch.futures.Future:
-        future: torch.futures.Future = torch.futures.Future()
-        with self._lock:
-            self.reports[report.rank] = report
-            verdict = self._verdict
-            if verdict is None:
-                self._waiting.append(future)
-            self._lock.notify_all()
-        if verdict is not None:
-            future.set_result(verdict)
-        return future
-
-    def wait_for(self, count: int, until: float) -> dict[int, RankReport]:
-        with self._lock:
-            while len(self.reports) < count and time.monotonic() < until:
-                self._lock.wait(min(1.0, max(0.0, until - time.monotonic())))
-            return dict(self.reports)
-
-    def decide(self, graceful: bool) -> None:
-        with self._lock:
-            self._verdict = graceful
-            waiting, self._waiting = self._waiting, []
-        for future in waiting:
-            future.set_result(graceful)
+    rank: int
+    host: str
+    pid: int
+    exitcode: int | None
+    signal: str | None
+    events: list[dict]  # the rank's event log: faults fired, failpoints reached
+    history: str  # its collectives, as rpc_harness.c10d.record wrote them
+    killed_by_plan: bool = False
+    stopped_because: str = ""  # its watcher stopped it: the world had lost a rank
+    hung: bool = False  # it ran past its deadline
 
 
-_inbox = _Inbox()
+class _EndingLog(EventLog):
+    """A rank's event log that, as a fault that ends the rank fires, first
+    tells the store: its peers' collectives fail as its process dies, and
+    each must know the death was the plan's before its failure is judged
+    (the harness's supervisor knows it from the same event)."""
 
+    def __init__(self, path: str, rank: int, label: str, store: Any, collective: bool) -> None:
+        super().__init__(path, rank)
+        self._label, self._store, self._collective = label, store, collective
 
-@rpc.functions.async_execution
-def _report_to_leader(report: RankReport) -> torch.futures.Future:
-    """Runs on the leader: file ``report``; answer the shutdown verdict when known."""
-    return _inbox.put(report)
+    def record(self, fired: FaultFired) -> None:
+        super().record(fired)
+        if self._collective and FAULT_KINDS[fired.kind].ends_rank:
+            say_ended(self._store, fired.rank, f"{self._label} was killed by the fault plan, {ONE_LOST}")
 
 
 # -- one rank ----------------------------------------------------------------------
@@ -288,16 +326,58 @@ class RunArgs:
     fuzz: float = 0.0
     deadline: float = COMMAND_LINE_DEADLINE
     out: str | None = None
+    process_group: str | None = None  # None: the scenario's own (its ``world``), else none
+    rpc: bool | None = None  # None: the scenario's own, else True
+
+
+@dataclass(frozen=True)
+class World:
+    """The world every process of the job checked alike before any rank started."""
+
+    scenario: Scenario
+    config: Any
+    names: tuple[str, ...]
+    plan: FaultPlan
+    process_group: str | None
+    rpc: bool
+    started: float
+    deadline: float
+
+    @property
+    def until(self) -> float:
+        return self.started + self.deadline
+
+    @property
+    def collective(self) -> bool:
+        return self.process_group is not None
+
+
+def world_options(scenario: Scenario, args: RunArgs) -> tuple[str | None, bool]:
+    """``(process_group, rpc)``: the scenario's own world options (its
+    ``world``), overridden by ``--process-group`` and ``--rpc``, checked as
+    every door checks them."""
+    given = {name: value for name, value in (("process_group", args.process_group), ("rpc", args.rpc))
+             if value is not None}
+    own = {name: value for name, value in getattr(scenario, "world", {}).items()
+           if name in ("process_group", "rpc") and name not in given}
+    try:
+        options = WorldOptions.from_values({**own, **given}, where="--process-group/--rpc")
+    except WorldSpecError as error:
+        raise UsageError(str(error)) from None
+    if options.process_group == "nccl":
+        raise UsageError("--process-group nccl: not under torchrun yet (each rank's GPU is not chosen here); "
+                         "run nccl worlds with rpc_harness.run_world or `rpc-harness run`")
+    return options.process_group, options.rpc
 
 
 def run_rank(args: RunArgs, env: LaunchEnv) -> int:
-    """Run this process's rank of the world; the exit status to return."""
-    started = time.monotonic()
-    until = started + args.deadline
-    # A hung world must end by itself: torchrun has no deadline of its own.
-    faulthandler.dump_traceback_later(args.deadline, exit=True)
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    """Run this process's rank of the world; the exit status to return.
 
+    The rank runs in a child process; this one watches it, as the harness's
+    supervisor watches its ranks: a rank the fault plan kills is expected,
+    and torchrun, which would tear the job down at a worker's death, sees
+    its worker exit as the world's rules say."""
+    started = time.monotonic()
     scenario = load_scenario(args.scenario)
     config = build_config(scenario, args.overrides, args.steps)
     try:
@@ -305,53 +385,104 @@ def run_rank(args: RunArgs, env: LaunchEnv) -> int:
     except WorldSpecError as error:
         raise UsageError(str(error)) from None
     plan = build_plan(args.faults, names, scenario.failpoints)
+    process_group, use_rpc = world_options(scenario, args)
+    world = World(scenario, config, tuple(names), plan, process_group, use_rpc, started, args.deadline)
+    c10d_hooks.install()  # once, before the fork: the rank inherits the kernels
+    folder = tempfile.mkdtemp(prefix="rpc-harness-torchrun-")
+    try:
+        # Before this process starts any thread (the store's): a fork copies only the forking one.
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                code = _rank_process(args, env, world, folder)
+            except BaseException:  # noqa: BLE001 - the watcher reports the exit code
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        return _watch(child, args, env, world, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
+
+def _rank_process(args: RunArgs, env: LaunchEnv, world: World, folder: str) -> int:
+    """The rank itself: its context, the default process group, the RPC
+    agent, the entry; its report to the store; then the leader's word on how
+    to shut down."""
+    die_with_parent()  # with its watcher
+    # A hung world must end by itself: torchrun has no deadline of its own.
+    faulthandler.dump_traceback_later(max(1.0, world.until - time.monotonic()), exit=True)
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    if not env.agent_store:  # rank 0's watcher serves the store: torch's env:// must not start another
+        os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     pin_loopback(env.master_addr)
     # init_rpc's device-map exchange trips a torch deprecation warning (as in _rank.py).
     warnings.filterwarnings("ignore", message="You are using a Backend")
-    ctx = RankContext(rank=env.rank, names=names, world_seed=args.seed, faults=plan, fuzz=args.fuzz,
-                      deadline=args.deadline)
+    store = connect_store(env, host=False, timeout=args.deadline)
+    label = f"rank {env.rank} ({world.names[env.rank]})"
+    events = _EndingLog(events_path(folder, env.rank), env.rank, label, store, world.collective)
+    ctx = RankContext(rank=env.rank, names=world.names, world_seed=args.seed, faults=world.plan, fuzz=args.fuzz,
+                      deadline=args.deadline, events=events, workdir=folder)
     activate(ctx)
     seed_everything(ctx.seed)
     warm_math_kernels()  # before init_rpc starts the threads that could race for them (rank_setup)
+    c10d_hooks.open_history(history_path(folder, env.rank), env.rank)
+    c10d_hooks.start(ctx)
 
-    backend, options = rpc_backend(ctx, INIT_METHOD, rpc_timeout=args.deadline)
-    rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size, rpc_backend_options=options)
-
-    report = _run_entry(scenario, ctx, config)
-    report.seconds = time.monotonic() - started
-    _check_sendable(report)
-    if ctx.rank != LEADER:
-        return _follow(report, names[LEADER], until)
-    return _lead(report, args, scenario, config, ctx, plan, until, started)
-
-
-def _run_entry(scenario: Scenario, ctx: RankContext, config: Any) -> RankReport:
-    report = RankReport(ctx.rank, ctx.name, socket.gethostname(), os.getpid(), "ok", 0.0)
+    report = RankReport(ctx.rank, ctx.name, socket.gethostname(), os.getpid(), "ok", 0.0, phase="start-up")
     try:
-        report.value = scenario.entry(ctx, config)
+        if world.process_group is not None:
+            c10d_group.install()
+            ctx.group = c10d_group.bring_up(world.process_group, dist.PrefixStore(GROUP_KEYS, store.underlying_store),
+                                            ctx.rank, ctx.world_size)
+        if world.rpc:
+            backend, options = rpc_backend(ctx, INIT_METHOD, rpc_timeout=args.deadline)
+            rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size,
+                         rpc_backend_options=options)
+        report.phase = "entry"
+        report.value = world.scenario.entry(ctx, world.config)
     except BaseException as error:  # noqa: BLE001 - every failure goes into the report
         report.status = "raised"
         report.error = one_line(error)
         report.traceback = "".join(traceback.format_exception(error))
+    c10d_hooks.flush()
+    ctx.record_hits()
+    report.seconds = time.monotonic() - world.started
+    _check_sendable(report)
+    lost = ended_by(store) if world.collective and report.status == "raised" else None
+    if lost is not None and lost[0] != ctx.rank:
+        # Its collective failed because a peer had left: stopped, as the harness says.
+        report.status, report.stopped_because = "stopped", f"{lost[1]} (it had raised: {report.error})"
+    elif report.traceback:
         print(report.traceback, file=sys.stderr, flush=True)
-    return report
-
-
-def _follow(report: RankReport, leader: str, until: float) -> int:
-    try:
-        graceful = _send(report, leader, until)
-    except Exception as error:  # the leader is gone: nobody to wait for
-        print(f"rank {report.rank} ({report.name}): cannot report to {leader}: {one_line(error)}", file=sys.stderr)
-        rpc.shutdown(graceful=False)
+    store.set(report_key(ctx.rank), pickle.dumps(report))
+    if world.collective and report.status != "ok":
+        # Out at once: its peers' collectives with it fail as its process
+        # ends, rather than wait out the group's timeout.
+        if world.rpc:
+            rpc.shutdown(graceful=False)
         return 1
-    rpc.shutdown(graceful=graceful)
+    graceful = _verdict(store, world.until)
+    if world.rpc:
+        rpc.shutdown(graceful=graceful)
+    c10d_group.tear_down(graceful=graceful)
     return 0 if report.status == "ok" else 1
 
 
-def _send(report: RankReport, leader: str, until: float) -> bool:
-    timeout = max(1.0, until - time.monotonic())
-    return bool(rpc.rpc_sync(leader, _report_to_leader, args=(report,), timeout=timeout))
+def events_path(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank{rank}.events")
+
+
+def _verdict(store: Any, until: float) -> bool:
+    """The leader's word: a graceful shutdown only when every rank reported
+    success, since a graceful shutdown waits for every peer, as in the harness."""
+    try:
+        store.wait([VERDICT], timedelta(seconds=max(1.0, until - time.monotonic())))
+    except (RuntimeError, dist.DistStoreError):  # no word before the deadline: leave without waiting
+        return False
+    return store.get(VERDICT) == b"1"
 
 
 def _check_sendable(report: RankReport) -> None:
@@ -364,90 +495,222 @@ def _check_sendable(report: RankReport) -> None:
         report.error = f"TypeError: the entry's return value cannot be sent back: {error}"
 
 
-def _lead(
-    report: RankReport,
-    args: RunArgs,
-    scenario: Scenario,
-    config: Any,
-    ctx: RankContext,
-    plan: FaultPlan,
-    until: float,
-    started: float,
-) -> int:
-    _inbox.put(report)
-    # Leave time to write the summary before this rank's own deadline fires.
-    margin = min(10.0, args.deadline / 10)
-    reports = _inbox.wait_for(ctx.world_size, until - margin)
-    ok = len(reports) == ctx.world_size and all(r.status == "ok" for r in reports.values())
-    # A graceful shutdown waits for every peer: only safe when all reported well.
-    _inbox.decide(ok)
-    summary = summarise_world(
-        scenario, config, ctx, plan, reports, seconds=time.monotonic() - started, fuzz=args.fuzz
+# -- the watcher ----------------------------------------------------------------------
+
+
+def _watch(child: int, args: RunArgs, env: LaunchEnv, world: World, folder: str) -> int:
+    """Watch the rank until its process ends; write its end to the store
+    (rank 0: gather the world's, decide how the ranks shut down, write the
+    summary). In a collective world a rank still in its entry is stopped
+    once a peer has left, as the harness's supervisor stops it."""
+    store = connect_store(env, host=env.rank == LEADER and not env.agent_store, timeout=args.deadline)
+    leader = _Leader(store, args, world) if env.rank == LEADER else None
+    stopped_because, hung, counted = "", False, False
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            break
+        if not counted and store.check([report_key(env.rank)]):
+            store.add(READY, 1)
+            counted = True
+        lost = ended_by(store) if world.collective and not stopped_because and not counted else None
+        if lost is not None and lost[0] != env.rank:
+            stopped_because = lost[1]
+            os.kill(child, signal.SIGKILL)
+        if time.monotonic() > world.until + END_GRACE / 2 and not hung:
+            hung = True  # its own deadline should have ended it: its stacks are on its stderr
+            os.kill(child, signal.SIGKILL)
+        if leader is not None:
+            leader.decide()
+        time.sleep(POLL)
+    code = os.waitstatus_to_exitcode(status)
+    events = read_event_lines(events_path(folder, env.rank))
+    fired = [e for e in faults_fired(events) if FAULT_KINDS[e.kind].ends_rank]
+    end = RankEnd(env.rank, socket.gethostname(), child, code if code >= 0 else None,
+                  signal.Signals(-code).name if code < 0 else None, events, _read(history_path(folder, env.rank)),
+                  killed_by_plan=code == -signal.SIGKILL and bool(fired) and not stopped_because,
+                  stopped_because=stopped_because, hung=hung or time.monotonic() > world.until)
+    if world.collective and code < 0 and not end.killed_by_plan and not stopped_because:
+        say_ended(store, env.rank, f"rank {env.rank} ({world.names[env.rank]}) died, {ONE_LOST}")
+    # Read before the end is written: once every end is in, rank 0's watcher
+    # may finish and take the store with it (where no torchrun agent serves it).
+    failed = outcome(env.rank, world.names[env.rank], _load(store, report_key(env.rank)), end).failed
+    store.set(end_key(env.rank), pickle.dumps(end))
+    if not counted:
+        store.add(READY, 1)
+    if leader is not None:
+        return leader.finish()
+    return 1 if failed else 0
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as file:
+            return file.read().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _load(store: Any, key: str) -> Any:
+    return pickle.loads(store.get(key)) if store.check([key]) else None
+
+
+class _Leader:
+    """Rank 0's watcher: decides how the ranks shut down once each has
+    reported or ended, then gathers every end and judges the world."""
+
+    def __init__(self, store: Any, args: RunArgs, world: World) -> None:
+        self.store, self.args, self.world = store, args, world
+        self.decided = False
+
+    def decide(self) -> None:
+        if self.decided or int(self.store.add(READY, 0)) < len(self.world.names):
+            return
+        reports = [_load(self.store, report_key(rank)) for rank in range(len(self.world.names))]
+        graceful = all(r is not None and r.status == "ok" for r in reports)
+        self.store.set(VERDICT, b"1" if graceful else b"0")
+        self.decided = True
+
+    def finish(self) -> int:
+        size = len(self.world.names)
+        stop = self.world.until + END_GRACE
+        while time.monotonic() < stop:
+            self.decide()
+            if all(self.store.check([end_key(rank)]) for rank in range(size)):
+                break
+            time.sleep(POLL)
+        if not self.decided:
+            self.store.set(VERDICT, b"0")  # whoever still waits: leave without waiting for the rest
+        reports = {rank: _load(self.store, report_key(rank)) for rank in range(size)}
+        ends = {rank: _load(self.store, end_key(rank)) for rank in range(size)}
+        lost = ended_by(self.store) if self.world.collective else None
+        result = judge_world(self.world, self.args, reports, ends, lost[1] if lost else "",
+                             seconds=time.monotonic() - self.world.started)
+        summary = summarise_world(self.world, self.args, result, reports, ends)
+        if self.args.out:
+            write_outputs(self.args.out, summary, result.values)
+        print(summary["headline"], flush=True)
+        if not result.ok:
+            print(result.report(replay=False), flush=True)
+        return 0 if result.ok else 1
+
+
+# -- judging the world, as the harness's supervisor does ----------------------------------
+
+
+def outcome(rank: int, name: str, report: RankReport | None, end: RankEnd | None) -> RankOutcome:
+    """One rank's outcome, in the harness's terms, from what it and its watcher wrote."""
+    result = RankOutcome(rank, name, status=DIED)
+    if end is not None:
+        result.exitcode, result.signal, result.events = end.exitcode, end.signal, end.events
+    if report is not None:
+        result.phase, result.error, result.traceback = report.phase, report.error, report.traceback
+        result.value = report.value if report.status == "ok" else None
+    if end is None:
+        result.error = "its watcher sent nothing before the deadline (its host or its torchrun agent is gone)"
+    elif end.killed_by_plan:
+        result.status = KILLED
+    elif report is not None and report.status == "ok":
+        result.status = OK if end.exitcode == 0 or end.stopped_because else DIED
+        result.phase = "done" if result.status == OK else "shutdown"
+    elif report is not None and report.status == "stopped":
+        result.status, result.stopped_because = STOPPED, report.stopped_because
+    elif end.stopped_because:
+        result.status, result.stopped_because, result.phase = STOPPED, end.stopped_because, "entry"
+    elif report is not None and report.status == "raised":
+        result.status = RAISED
+    elif end.hung:
+        result.status, result.phase = HUNG, "entry"
+    return result
+
+
+def judge_world(world: World, args: RunArgs, reports: Mapping[int, RankReport | None],
+                ends: Mapping[int, RankEnd | None], ended: str, *, seconds: float) -> WorldResult:
+    """The world as a :class:`~rpc_harness.WorldResult`: the harness's own
+    verdict and report (dead ranks only the killed ones, a fault that never
+    fired, where each rank was in its collectives)."""
+    ranks = [outcome(rank, name, reports.get(rank), ends.get(rank)) for rank, name in enumerate(world.names)]
+    stopped_early = any(o.failed for o in ranks)
+    problems = []
+    if not stopped_early:
+        # Counted from the ranks' events: failpoint faults only (torch's
+        # faulty agent logs message faults to the ranks' output, which stays
+        # with torchrun).
+        at_failpoints = FaultPlan(tuple(f for f in world.plan if f.traits.at_failpoint))
+        problems += unfired(at_failpoints, ranks)
+    collectives: list[str] = []
+    if stopped_early or any(o.status in (KILLED, DIED) for o in ranks):
+        with tempfile.TemporaryDirectory(prefix="rpc-harness-torchrun-") as folder:
+            for rank, end in ends.items():
+                if end is not None:
+                    with open(history_path(folder, rank), "w") as file:
+                        file.write(end.history)
+            collectives = where_ranks_are(folder, len(world.names))
+    return WorldResult(
+        names=world.names, seed=args.seed, faults=world.plan, deadline=args.deadline, ranks=ranks,
+        duration=seconds, timed_out=any(o.status == HUNG for o in ranks), repro=replay_line(world, args),
+        problems=problems, fuzz=args.fuzz, collectives=collectives, ended_by=ended,
     )
-    if args.out:
-        write_outputs(args.out, summary, [reports[r].value if r in reports else None for r in range(ctx.world_size)])
-    print(summary["headline"], flush=True)
-    if not ok:
-        # A non-graceful shutdown drops replies still in flight: give the
-        # verdicts just sent a moment to leave, so the followers hear it.
-        time.sleep(0.2)
-    rpc.shutdown(graceful=ok)
-    return 0 if ok else 1
+
+
+def replay_line(world: World, args: RunArgs) -> str:
+    """The same world in one host's harness, for a side-by-side replay."""
+    options: dict[str, Any] = {"faults": world.plan, "fuzz": args.fuzz}
+    options.update((name, value) for name, value in (("process_group", args.process_group), ("rpc", args.rpc))
+                   if value is not None)
+    overrides = registry.config_overrides(world.scenario, world.config)
+    return scenario_call(Repro(world_size=len(world.names), seed=args.seed, scenario=world.scenario.name,
+                               config=overrides, options=options))
 
 
 # -- the summary ----------------------------------------------------------------------
 
 
-def summarise_world(
-    scenario: Scenario,
-    config: Any,
-    ctx: RankContext,
-    plan: FaultPlan,
-    reports: Mapping[int, RankReport],
-    *,
-    seconds: float,
-    fuzz: float = 0.0,
-) -> dict[str, Any]:
+def summarise_world(world: World, args: RunArgs, result: WorldResult, reports: Mapping[int, RankReport | None],
+                    ends: Mapping[int, RankEnd | None]) -> dict[str, Any]:
     """The JSON-ready summary the leader writes."""
     ranks = []
-    for rank, name in enumerate(ctx.names):
-        r = reports.get(rank)
-        if r is None:
-            ranks.append({"rank": rank, "name": name, "status": "missing",
-                          "error": "sent no report before the deadline (hung, or died)"})
-            continue
-        ranks.append({
-            "rank": rank, "name": name, "host": r.host, "pid": r.pid, "status": r.status,
-            "seconds": r.seconds, "error": r.error, "traceback": r.traceback, "value": summarise(r.value),
-        })
-    ok = all(entry["status"] == "ok" for entry in ranks)
-    failed = [f"{e['name']} {e['status']}" for e in ranks if e["status"] != "ok"]
-    label = scenario.name
-    headline = (
-        f"rpc-harness torchrun: {label} world of {ctx.world_size} "
-        + (f"ok in {seconds:.2f}s" if ok else f"failed ({', '.join(failed)})")
-        + f" (seed {ctx.world_seed})"
-    )
-    overrides = registry.config_overrides(scenario, config)
-    replay = scenario_call(Repro(world_size=ctx.world_size, seed=ctx.world_seed, scenario=label, config=overrides,
-                                 options={"faults": plan, "fuzz": fuzz}))
+    for outcome_ in result.ranks:
+        report, end = reports.get(outcome_.rank), ends.get(outcome_.rank)
+        entry: dict[str, Any] = {"rank": outcome_.rank, "name": outcome_.name, "status": outcome_.status,
+                                 "describe": outcome_.describe()}
+        if end is not None:
+            entry.update(host=end.host, pid=end.pid, exitcode=end.exitcode, signal=end.signal)
+        if report is not None:
+            entry.update(seconds=report.seconds, error=report.error, traceback=report.traceback,
+                         value=summarise(report.value))
+        if outcome_.stopped_because:
+            entry["stopped_because"] = outcome_.stopped_because
+        ranks.append(entry)
+    failed = [f"{o.name} {o.status}" for o in result.ranks if o.failed] + result.problems
+    label = world.scenario.name
+    how = f"ok in {result.duration:.2f}s" if result.ok else f"failed ({', '.join(failed)})"
+    if result.ok and result.ended_by:
+        how += f", ended early by its fault plan: {result.ended_by}"
     return {
-        "headline": headline,
-        "ok": ok,
+        "headline": f"rpc-harness torchrun: {label} world of {result.world_size} {how} (seed {args.seed})",
+        "ok": result.ok,
         "scenario": label,
-        "module": type(scenario).__module__,
-        "world_size": ctx.world_size,
-        "names": list(ctx.names),
-        "seed": ctx.world_seed,
-        "faults": str(plan),
-        "fuzz": fuzz,
-        "config": summarise(dataclasses.asdict(config)) if dataclasses.is_dataclass(config) else None,
-        "seconds": seconds,
+        "module": type(world.scenario).__module__,
+        "world_size": result.world_size,
+        "names": list(world.names),
+        "seed": args.seed,
+        "faults": str(world.plan),
+        "fired": [dataclasses.asdict(fired) for fired in result.fired_faults()],
+        "fuzz": args.fuzz,
+        "process_group": world.process_group,
+        "rpc": world.rpc,
+        "config": summarise(dataclasses.asdict(world.config)) if dataclasses.is_dataclass(world.config) else None,
+        "seconds": result.duration,
         "hosts": sorted({e["host"] for e in ranks if "host" in e}),
         "torch": torch.__version__,
         "ranks": ranks,
+        "problems": result.problems,
+        "ended_by": result.ended_by,
+        "collectives": result.collectives,
+        "report": result.report(replay=False),
         # The same world in one host's harness, for a side-by-side replay.
-        "replay": replay,
+        "replay": result.repro,
     }
 
 
@@ -507,12 +770,17 @@ def write_outputs(out: str, summary: Mapping[str, Any], values: list[Any]) -> No
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m rpc_harness.apps.torchrun",
-        description="Run one rank of a scenario's RPC world; start it with torchrun on every host.",
+        description="Run one rank of a scenario's world; start it with torchrun on every host.",
     )
     parser.add_argument("--scenario", required=True,
                         help="a registered scenario (rpc-harness list) or module:attribute of the scenario shape")
     add_option(parser, "seed", required=True, help="the world's root seed (same on every host)")
-    parser.add_argument("--faults", default=None, help="fault plan (delay, raise, msgfail, msgdelay)")
+    parser.add_argument("--faults", default=None, help="fault plan (delay, kill, raise, msgfail, msgdelay)")
+    add_option(parser, "process_group", default=None,
+               help="the default process group every rank brings up on torchrun's store before its RPC agent: "
+                    "gloo (default: the scenario's own, as rpc-harness run gives it)")
+    add_option(parser, "rpc", default=None,
+               help="whether every rank joins the RPC world: yes or no (default: the scenario's own)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario config field (repeatable)")
     parser.add_argument("--steps", type=whole_argument, default=None, help="the scenario's training budget")
@@ -528,7 +796,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     args = RunArgs(
         scenario=ns.scenario, seed=ns.seed, faults=ns.faults, overrides=tuple(ns.overrides),
-        steps=ns.steps, fuzz=ns.fuzz, deadline=ns.deadline, out=ns.out,
+        steps=ns.steps, fuzz=ns.fuzz, deadline=ns.deadline, out=ns.out, process_group=ns.process_group, rpc=ns.rpc,
     )
     # torchrun starts each worker in a session of its own: a torchrun killed
     # by SIGKILL would leave its workers running without this.

@@ -43,13 +43,14 @@ def world_store(store_path: str) -> Any:
     return dist.PrefixStore(PREFIX, dist.FileStore(store_path, -1))
 
 
-def bring_up(backend: str, store_path: str, rank: int, world_size: int, device: Any = None) -> Any:
-    """Make the default process group of ``backend`` on the world's store
-    and return it. ``device`` (nccl): the rank's GPU, bound at once so that
-    the communicator forms here rather than at the first collective."""
+def bring_up(backend: str, store: Any, rank: int, world_size: int, device: Any = None) -> Any:
+    """Make the default process group of ``backend`` on ``store`` (the
+    world's: :func:`world_store`, or torchrun's under its runner) and return
+    it. ``device`` (nccl): the rank's GPU, bound at once so that the
+    communicator forms here rather than at the first collective."""
     assert _original_init is not None, "install() first"
     extra = {"device_id": device} if backend == "nccl" else {}
-    _original_init(backend, store=world_store(store_path), rank=rank, world_size=world_size, **extra)
+    _original_init(backend, store=store, rank=rank, world_size=world_size, **extra)
     return c10d.GroupMember.WORLD
 
 

@@ -62,10 +62,16 @@ class RankHistory:
         return max(mine, key=lambda e: e.seq) if mine else None
 
 
+def history_path(workdir: str, rank: int) -> str:
+    """Where a rank's history is written in its world's folder (and where a
+    torchrun leader puts each rank's copy before reading them all)."""
+    return rank_file(workdir, rank, HISTORY)
+
+
 def read_history(workdir: str, rank: int) -> RankHistory:
     """One rank's history (empty where it entered no collective)."""
     history = RankHistory(rank)
-    for line in read_event_lines(rank_file(workdir, rank, HISTORY)):
+    for line in read_event_lines(history_path(workdir, rank)):
         kind = line.get("k")
         if kind == "group":
             history.groups[line["g"]] = (line.get("desc") or "", line.get("ranks"))

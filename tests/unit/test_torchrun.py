@@ -72,8 +72,11 @@ def test_scenario_loading_config_overrides_and_fault_plans():
     names = tiny.names(3)
     plan = torchrun.build_plan("delay:owner@tiny.step=10ms,msgdelay:worker1@PYTHON_CALL=1ms", names, tiny.FAILPOINTS)
     assert len(plan) == 2
-    with pytest.raises(FaultPlanError, match="kill, hang and freeze faults need the harness"):
-        torchrun.build_plan("kill:worker1@tiny.step#2", names, tiny.FAILPOINTS)
+    with pytest.raises(FaultPlanError, match="hang and freeze faults need the harness"):
+        torchrun.build_plan("hang:worker1@tiny.step#2", names, tiny.FAILPOINTS)
+    # A planned kill is judged by the rank's watcher, under torchrun too; at a collective as anywhere.
+    assert len(torchrun.build_plan("kill:worker1@tiny.step#2,delay:owner@c10d.all_reduce#3=1ms", names,
+                                   tiny.FAILPOINTS)) == 2
     with pytest.raises(FaultPlanError, match="unknown worker"):
         torchrun.build_plan("delay:trainer9@tiny.step=1s", names, tiny.FAILPOINTS)
 
