@@ -177,3 +177,45 @@ class Tiny:
 
 
 SCENARIO = Tiny()
+
+
+# -- a collective world: an all_reduce loop, and one RPC where the world has an agent --------
+
+
+def collective_entry(ctx, config: Config) -> dict:
+    """Every rank all-reduces its seeded input, ``steps`` times, over the
+    world's default group; where the world has an RPC agent, it also asks
+    the owner for its rank's seed over RPC."""
+    import torch.distributed as dist
+
+    sums = []
+    for step in range(config.steps):
+        x = inputs(ctx.world_seed, ctx.name, step, config.dim)
+        dist.all_reduce(x)
+        sums.append(x)
+    record = {"name": ctx.name, "sums": sums, "owner_seed": None}
+    if rpc.is_available() and rpc.api._is_current_rpc_agent_set():
+        record["owner_seed"] = rpc.rpc_sync(OWNER, _owner_seed)
+    return record
+
+
+def _owner_seed() -> int:
+    return rpc_harness.current_context().seed
+
+
+def collective_sums(config: Config, world_size: int, seed: int) -> list[torch.Tensor]:
+    """What every rank's all-reduces give, computed in one process."""
+    return [sum(inputs(seed, name, step, config.dim) for name in names(world_size)) for step in range(config.steps)]
+
+
+class TinyCollective(Tiny):
+    """The same shape, for a world with a default process group (and an RPC agent unless ``--rpc no``)."""
+
+    name = "tiny_collective"
+    summary = "an all_reduce loop over the world's gloo group"
+    failpoints = ()
+    world = {"process_group": "gloo"}
+    entry = staticmethod(collective_entry)
+
+
+COLLECTIVE = TinyCollective()

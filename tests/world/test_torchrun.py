@@ -268,6 +268,65 @@ def test_a_ddp_world_killed_inside_an_all_reduce_under_two_torchrun_nodes_ends_a
     assert_gone([r["pid"] for r in summary["ranks"]])
 
 
+@pytest.mark.long
+def test_a_collective_world_with_rpc_under_two_torchrun_nodes_fires_a_delay_in_its_all_reduce(tmp_path, assert_gone):
+    """A world with both a gloo group and RPC agents (the scenario's own
+    world options) across two torchrun nodes: a delay fires in worker1's
+    second all_reduce, the sums are the harness's and one process's, and
+    the RPC over the same world answers."""
+    seed, config, faults = 3, tiny.Config(steps=3), "delay:worker1@c10d.all_reduce#2=50ms"
+    names = tiny.names(2)
+    args = ["--scenario", "torchrun_scenario:COLLECTIVE", "--seed", str(seed), "--set", "steps=3", "--faults", faults]
+    with Nodes(tmp_path, args) as nodes:
+        world = rpc_harness.run_world(tiny.collective_entry, names=names, seed=seed, args=(config,),
+                                      process_group="gloo", faults=faults, deadline=DEADLINE)
+        summary, values, output = nodes.result()
+    assert summary["ok"] and summary["process_group"] == "gloo" and summary["rpc"] is True, output
+    assert [(f["rank"], f["point"], f["hit"]) for f in summary["fired"]] == [(1, "c10d.all_reduce", 2)], output
+    assert world.ok and list(world.fault_counts().values()) == [1], world.report()
+    expected = tiny.collective_sums(config, 2, seed)
+    for rank in range(2):
+        assert all(torch.equal(a, e) for a, e in zip(values[rank]["sums"], expected, strict=True)), rank
+        assert all(torch.equal(a, e) for a, e in zip(values[rank]["sums"], world.values[rank]["sums"], strict=True))
+        assert values[rank]["owner_seed"] == world.values[rank]["owner_seed"] == rpc_harness.RankContext(
+            rank=0, names=names, world_seed=seed).seed
+    assert_gone([r["pid"] for r in summary["ranks"]])
+
+
+def test_a_collective_fault_that_never_fires_fails_the_world_without_torchrun(tmp_path, assert_gone):
+    """Plain processes (rank 0's watcher serves the store), a gloo group
+    and no RPC agent: the world runs its course, but a fault aimed at a
+    collective the program never issues fails it, named, with what that
+    rank did reach; the rank itself ended well."""
+    out = tmp_path / "result.json"
+    command = [sys.executable, "-m", "rpc_harness.apps.torchrun", "--scenario", "torchrun_scenario:COLLECTIVE",
+               "--seed", "3", "--rpc", "no", "--faults", "delay:worker1@c10d.broadcast=1ms",
+               "--deadline", str(DEADLINE)]
+    codes, texts = _plain_processes(tmp_path, [[*command, "--out", str(out)], command])
+    output = "\n".join(texts)
+    assert codes == [1, 0], output
+    summary = json.loads(out.read_text())
+    assert not summary["ok"] and summary["rpc"] is False and [r["status"] for r in summary["ranks"]] == ["ok", "ok"]
+    [problem] = summary["problems"]
+    assert problem.startswith("fault delay:worker1@c10d.broadcast#1+=0.001s never fired: worker1 reached "), problem
+    assert "c10d.all_reduce x3" in problem, problem
+    assert_gone([r["pid"] for r in summary["ranks"]])
+
+
+def _plain_processes(tmp_path, commands: list[list[str]]) -> tuple[list[int | None], list[str]]:
+    """One process per rank with RANK/WORLD_SIZE/MASTER_* set, no torchrun
+    agent; a fresh port where the first was taken."""
+    for _ in range(3):
+        port = free_port()
+        envs = [dict(_env(tmp_path), RANK=str(r), WORLD_SIZE=str(len(commands)), MASTER_ADDR="127.0.0.1",
+                     MASTER_PORT=str(port)) for r in range(len(commands))]
+        with Group(commands, envs, tmp_path) as group:
+            codes, texts = group.finish()
+        if not any("address already in use" in t.lower() for t in texts):
+            break
+    return codes, texts
+
+
 def test_a_failing_rank_is_reported_without_torchrun(tmp_path, assert_gone):
     """Plain processes with RANK/WORLD_SIZE/MASTER_* set (no torchrun agent:
     rank 0 hosts the store): a raise fault in the owner's RPC handler makes
