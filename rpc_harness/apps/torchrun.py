@@ -12,12 +12,13 @@ Each process reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` from the environment torchrun gives it, builds the same
 :class:`~rpc_harness.context.RankContext` a harness rank gets (names from the
 scenario, per-rank seed, fault plan), seeds the global RNGs the same way,
-joins the RPC world through torchrun's store, runs ``scenario.entry(ctx,
-config)`` and reports to rank 0. Rank 0 writes a JSON summary to ``--out``
-and every rank's return value, as the harness's ``WorldResult.values`` would
-hold it, to ``--out`` + ``.pt`` (``torch.load(path, weights_only=False)``):
-a world run here can be compared gradient for gradient with the same seed run
-by :func:`rpc_harness.run_world`.
+brings up the world's default process group on torchrun's store (the
+scenario's own world options, or ``--process-group`` and ``--rpc``), then
+its RPC agent, and runs ``scenario.entry(ctx, config)``. Rank 0 writes a JSON
+summary to ``--out`` and every rank's return value, as the harness's
+``WorldResult.values`` would hold it, to ``--out`` + ``.pt``
+(``torch.load(path, weights_only=False)``): a world run here can be compared
+gradient for gradient with the same seed run by :func:`rpc_harness.run_world`.
 
 ``--scenario`` takes a registered scenario's name (``rpc-harness list``) or
 ``module:attribute`` naming any object of the scenario shape
@@ -25,10 +26,20 @@ by :func:`rpc_harness.run_world`.
 Without torchrun, set the four variables yourself and start one process per
 rank: rank 0 then hosts the store on ``MASTER_PORT``.
 
-After its entry every rank sends rank 0 its report (return value, error,
-host, pid) and waits for rank 0's word on how to shut down: gracefully only
-when every rank reported success, since a graceful shutdown waits for every
-peer, as in the harness.
+How a world ends. Each process forks its rank and watches it, as the
+harness's supervisor watches its ranks: torchrun tears a job down when a
+worker dies, so the worker must not be the rank a fault plan kills. The
+rank writes its report (return value, error) to torchrun's store and waits
+for rank 0's word on how to shut down (gracefully only when every rank
+reported success, since a graceful shutdown waits for every peer); its
+watcher writes what became of the process (exit code or signal, its event
+log: the faults that fired; its collective history). Rank 0's watcher
+judges the world with the harness's own rules and report
+(:class:`~rpc_harness.WorldResult`): a planned kill is expected, a
+collective world ends at its first death (a watcher stops its rank once a
+peer has left, and a rank whose collective failed of it is stopped, not
+failed), a fault that never fires fails the world, and where each rank was
+in its collectives is said as the harness says it.
 
 Networking: when ``MASTER_ADDR`` is a loopback address every rank is on this
 host, and TensorPipe and Gloo are pinned to ``lo`` as in the harness. Across
@@ -36,17 +47,18 @@ hosts, choose the interface yourself (``TP_SOCKET_IFNAME``,
 ``GLOO_SOCKET_IFNAME``). RPC runs pickled code from any peer that reaches
 it: run worlds only on a network you trust.
 
-What torchrun cannot give: ``kill``, ``hang`` and ``freeze`` faults. torchrun treats a
-dead worker as a failed job and tears down its workers (or restarts them),
-and has no per-rank deadline, so "dead ranks are the killed ranks" cannot be
-judged; use :func:`rpc_harness.run_world` or ``rpc-harness run`` for those. The
-other faults (``delay``, ``raise``, ``msgfail``, ``msgdelay``) work as in the
-harness. Every rank arms its own deadline (``--deadline``): past it, it dumps
-every thread's stack to stderr and exits, so a hung world ends on its own
-(``kill -USR1 PID`` dumps a rank's stacks at any time: faulthandler's dump,
-which can crash a rank whose threads start or end meanwhile, so a last
-resort). A rank dies with the
-torchrun agent that started it, even one killed by SIGKILL.
+What torchrun cannot give: ``hang`` and ``freeze`` faults (a rank stopped
+without ending is judged from its stacks, which stay on its host); use
+:func:`rpc_harness.run_world` or ``rpc-harness run`` for those. Message
+faults (``msgfail``, ``msgdelay``) work, but are counted from torch's log in
+the ranks' output, which stays with torchrun: a message fault that never
+fired is not reported here. Every rank arms its own deadline
+(``--deadline``): past it, it dumps every thread's stack to stderr and
+exits, so a hung world ends on its own (``kill -USR1 PID`` dumps a rank's
+stacks at any time: faulthandler's dump, which can crash a rank whose
+threads start or end meanwhile, so a last resort). A rank dies with its
+watcher, and its watcher with the torchrun agent that started it, even one
+killed by SIGKILL.
 """
 
 from __future__ import annotations
@@ -230,6 +242,7 @@ VERDICT = "verdict"  # b"1": every rank shuts down gracefully; b"0": not
 READY = "ready"  # ranks whose report or end is in: the leader decides at world_size
 POLL = 0.05  # seconds between a watcher's looks at its rank and the store
 END_GRACE = 15.0  # seconds past the deadline a watcher waits for its rank, the leader for the others
+ENTRY_START = "entry_start"  # the event a rank writes as its entry starts
 ONE_LOST = "and a collective world cannot go on without one of its ranks"  # as the harness's supervisor says
 
 
@@ -442,6 +455,7 @@ def _rank_process(args: RunArgs, env: LaunchEnv, world: World, folder: str) -> i
             rpc.init_rpc(ctx.name, backend=backend, rank=ctx.rank, world_size=ctx.world_size,
                          rpc_backend_options=options)
         report.phase = "entry"
+        events.write(ENTRY_START)  # so that its watcher can say where a rank that died was
         report.value = world.scenario.entry(ctx, world.config)
     except BaseException as error:  # noqa: BLE001 - every failure goes into the report
         report.status = "raised"
@@ -603,6 +617,8 @@ def outcome(rank: int, name: str, report: RankReport | None, end: RankEnd | None
     result = RankOutcome(rank, name, status=DIED)
     if end is not None:
         result.exitcode, result.signal, result.events = end.exitcode, end.signal, end.events
+        if any(event.get("kind") == ENTRY_START for event in end.events):
+            result.phase = "entry"
     if report is not None:
         result.phase, result.error, result.traceback = report.phase, report.error, report.traceback
         result.value = report.value if report.status == "ok" else None
@@ -810,9 +826,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the module's own import, not this ``__main__`` copy: RPC pickles
-    # functions by module name, and the leader's report inbox must be the one
-    # the handlers in ``rpc_harness.apps.torchrun`` reach.
+    # Run the module's own import, not this ``__main__`` copy: the reports
+    # in the store are pickled by class name, and rank 0's watcher must find
+    # them as ``rpc_harness.apps.torchrun`` classes, as anyone else would.
     from rpc_harness.apps.torchrun import main as _main
 
     sys.exit(_main())

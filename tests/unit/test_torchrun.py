@@ -116,3 +116,82 @@ def test_summaries_are_strict_json_for_any_return_value():
     assert len(out["history"]) == 1001 and out["history"][-1] == "... 500 more"
     assert out["other"].startswith("<object object") and out["empty"]["norm"] == 0.0
     assert "NaN" not in text
+
+
+# -- collective worlds: their options, and how their ranks are judged ------------------------
+
+
+def test_world_options_are_the_scenarios_own_unless_the_flags_say_otherwise():
+    from rpc_harness.scenarios import ddp
+
+    args = torchrun.RunArgs(scenario="ddp", seed=1)
+    assert torchrun.world_options(ddp.SCENARIO, args) == ("gloo", False)
+    assert torchrun.world_options(tiny.SCENARIO, args) == (None, True)
+    assert torchrun.world_options(ddp.SCENARIO, dataclasses.replace(args, rpc=True)) == ("gloo", True)
+    assert torchrun.world_options(tiny.SCENARIO, dataclasses.replace(args, process_group="gloo")) == ("gloo", True)
+    with pytest.raises(UsageError, match="nccl: not under torchrun yet"):
+        torchrun.world_options(tiny.SCENARIO, dataclasses.replace(args, process_group="nccl"))
+
+
+def _world(plan: str = "", process_group: str | None = "gloo") -> torchrun.World:
+    names = tiny.names(2)
+    return torchrun.World(tiny.SCENARIO, tiny.Config(), names, torchrun.build_plan(plan, names, tiny.FAILPOINTS),
+                          process_group, True, 0.0, 60.0)
+
+
+def _report(rank: int, status: str = "ok", **fields) -> torchrun.RankReport:
+    return torchrun.RankReport(rank, tiny.names(2)[rank], "host", 100 + rank, status, 1.0, **fields)
+
+
+def _end(rank: int, exitcode: int | None = 0, signal: str | None = None, **fields) -> torchrun.RankEnd:
+    return torchrun.RankEnd(rank, "host", 200 + rank, exitcode, signal, fields.pop("events", []), "", **fields)
+
+
+def test_a_ranks_outcome_is_read_from_its_report_and_its_watchers_end():
+    outcome = torchrun.outcome
+    assert outcome(0, "owner", _report(0, value=3), _end(0)).status == "ok"
+    assert outcome(0, "owner", _report(0, value=3), _end(0)).value == 3
+    # A planned kill, whatever the rank said before it.
+    assert outcome(1, "worker1", None, _end(1, None, "SIGKILL", killed_by_plan=True)).status == "killed"
+    # A death nobody planned, before or after its report.
+    assert outcome(1, "worker1", None, _end(1, None, "SIGSEGV")).status == "died"
+    assert outcome(1, "worker1", _report(1), _end(1, None, "SIGSEGV")).status == "died"
+    # Stopped because a peer left a collective world: by its watcher, or as its collective failed.
+    stopped = outcome(0, "owner", None, _end(0, None, "SIGKILL", stopped_because="rank 1 (worker1) was killed"))
+    assert (stopped.status, stopped.stopped_because) == ("stopped", "rank 1 (worker1) was killed")
+    assert outcome(0, "owner", _report(0, "stopped", stopped_because="x"), _end(0, 1)).status == "stopped"
+    raised = outcome(1, "worker1", _report(1, "raised", error="ValueError: no"), _end(1, 1))
+    assert (raised.status, raised.error, raised.failed) == ("raised", "ValueError: no", True)
+    assert outcome(1, "worker1", None, _end(1, 1, hung=True)).status == "hung"
+    lost = outcome(1, "worker1", None, None)
+    assert lost.status == "died" and "its watcher sent nothing" in lost.error
+
+
+def test_the_leader_judges_a_world_as_the_harness_does():
+    args = torchrun.RunArgs(scenario="torchrun_scenario:SCENARIO", seed=4)
+    fired = {"t": 1.0, "rank": 1, "kind": "fault", "fault": "kill:worker1@c10d.all_reduce#2", "fault_kind": "kill",
+             "point": "c10d.all_reduce", "hit": 2}
+    history = ('{"k": "group", "g": "0", "desc": "default_pg", "ranks": [0, 1]}\n'
+               '{"k": "enter", "g": "0", "n": 1, "op": "all_reduce", "p2p": false, "x": "float32 [4]"}\n')
+    world = _world("kill:worker1@c10d.all_reduce#2")
+    ends = {0: _end(0, None, "SIGKILL", stopped_because="rank 1 (worker1) was killed by the fault plan"),
+            1: _end(1, None, "SIGKILL", events=[fired], killed_by_plan=True)}
+    ends[0].history = ends[1].history = history
+    result = torchrun.judge_world(world, args, {0: None, 1: None}, ends, "rank 1 was killed", seconds=1.0)
+    assert result.ok and [r.status for r in result.ranks] == ["stopped", "killed"], result.report()
+    assert result.ended_by == "rank 1 was killed"
+    assert result.collectives == ["every rank at all_reduce #1 (float32 [4]); not completed on ranks 0, 1"]
+    # A fault that never fired fails a world that ran its course; and dead ranks must be the killed ones.
+    result = torchrun.judge_world(world, args, {0: _report(0), 1: _report(1)}, {0: _end(0), 1: _end(1)}, "",
+                                  seconds=1.0)
+    assert not result.ok and result.problems[0].startswith("fault kill:worker1@c10d.all_reduce#2 never fired")
+    result = torchrun.judge_world(_world(), args, {0: _report(0), 1: None}, {0: _end(0), 1: _end(1, None, "SIGKILL")},
+                                  "", seconds=1.0)
+    assert not result.ok and [r.status for r in result.ranks] == ["ok", "died"]
+    summary = torchrun.summarise_world(_world(), args, result, {0: _report(0), 1: None}, {0: _end(0), 1: None})
+    assert summary["headline"].startswith("rpc-harness torchrun: tiny world of 2 failed (worker1 died)")
+    assert "rank 1 (worker1): killed by SIGKILL from outside the harness" in summary["report"]
+    assert "while starting; the fault plan did not kill it" in summary["report"]
+    died_in_entry = torchrun.outcome(1, "worker1", None, _end(1, None, "SIGKILL", events=[{"kind": "entry_start"}]))
+    assert "in its entry; the fault plan did not kill it" in died_in_entry.describe()
+    json.dumps(summary, allow_nan=False)
