@@ -104,6 +104,7 @@ from rpc_harness.errors import (
 )
 from rpc_harness.events import FaultFired, faults_fired
 from rpc_harness.faults import FAULT_KINDS, FaultPlan
+from rpc_harness.interrupts import terminate_as_interrupt
 from rpc_harness.options import COMMAND_LINE_DEADLINE, WorldOptions, add_option, whole_argument
 from rpc_harness.rank_setup import die_with_parent, rpc_backend, warm_math_kernels
 from rpc_harness.rank_setup import pin_loopback as pin_to_lo
@@ -111,6 +112,7 @@ from rpc_harness.repro import Repro, scenario_call
 from rpc_harness.result import DIED, HUNG, KILLED, OK, RAISED, STOPPED, RankOutcome, WorldResult
 from rpc_harness.scenario import Scenario
 from rpc_harness.seeds import seed_everything
+from rpc_harness.spec import check_layers
 
 LEADER = 0  # the rank that collects every rank's report and writes the summary
 # How ranks find the store. env:// reads MASTER_ADDR/MASTER_PORT, and torch's
@@ -365,16 +367,18 @@ class World:
         return self.process_group is not None
 
 
-def world_options(scenario: Scenario, args: RunArgs) -> tuple[str | None, bool]:
+def world_options(scenario: Scenario, args: RunArgs, plan: FaultPlan | None = None) -> tuple[str | None, bool]:
     """``(process_group, rpc)``: the scenario's own world options (its
     ``world``), overridden by ``--process-group`` and ``--rpc``, checked as
-    every door checks them."""
+    every door checks them (with the fault plan: no RPC fault in a world
+    without RPC)."""
     given = {name: value for name, value in (("process_group", args.process_group), ("rpc", args.rpc))
              if value is not None}
     own = {name: value for name, value in getattr(scenario, "world", {}).items()
            if name in ("process_group", "rpc") and name not in given}
     try:
-        options = WorldOptions.from_values({**own, **given}, where="--process-group/--rpc")
+        options = WorldOptions.from_values({**own, **given, "faults": plan}, where="--process-group/--rpc")
+        check_layers(options, spawned=False, where=f"--scenario {scenario.name}")
     except WorldSpecError as error:
         raise UsageError(str(error)) from None
     if options.process_group == "nccl":
@@ -398,7 +402,7 @@ def run_rank(args: RunArgs, env: LaunchEnv) -> int:
     except WorldSpecError as error:
         raise UsageError(str(error)) from None
     plan = build_plan(args.faults, names, scenario.failpoints)
-    process_group, use_rpc = world_options(scenario, args)
+    process_group, use_rpc = world_options(scenario, args, plan)
     world = World(scenario, config, tuple(names), plan, process_group, use_rpc, started, args.deadline)
     c10d_hooks.install()  # once, before the fork: the rank inherits the kernels
     folder = tempfile.mkdtemp(prefix="rpc-harness-torchrun-")
@@ -415,9 +419,24 @@ def run_rank(args: RunArgs, env: LaunchEnv) -> int:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
-        return _watch(child, args, env, world, folder)
+        # torchrun stops its workers with SIGTERM: then the rank goes too, and the folder.
+        terminate_as_interrupt()
+        try:
+            return _watch(child, args, env, world, folder)
+        except BaseException:
+            _end(child)
+            raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _end(child: int) -> None:
+    """Kill the rank and reap it (its watcher is leaving)."""
+    try:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
 
 
 def _rank_process(args: RunArgs, env: LaunchEnv, world: World, folder: str) -> int:
@@ -823,6 +842,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, FaultPlanError) as error:
         print(f"rpc_harness.apps.torchrun: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("rpc_harness.apps.torchrun: interrupted: the rank was stopped", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

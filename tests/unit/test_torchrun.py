@@ -131,6 +131,11 @@ def test_world_options_are_the_scenarios_own_unless_the_flags_say_otherwise():
     assert torchrun.world_options(tiny.SCENARIO, dataclasses.replace(args, process_group="gloo")) == ("gloo", True)
     with pytest.raises(UsageError, match="nccl: not under torchrun yet"):
         torchrun.world_options(tiny.SCENARIO, dataclasses.replace(args, process_group="nccl"))
+    with pytest.raises(UsageError, match="rpc=False without a process_group leaves the entry no way"):
+        torchrun.world_options(tiny.SCENARIO, dataclasses.replace(args, rpc=False))
+    plan = torchrun.build_plan("msgdelay:worker1@PYTHON_CALL=1ms", tiny.names(2), tiny.FAILPOINTS)
+    with pytest.raises(UsageError, match="act on RPCs, but rpc=False"):
+        torchrun.world_options(ddp.SCENARIO, args, plan)
 
 
 def _world(plan: str = "", process_group: str | None = "gloo") -> torchrun.World:

@@ -387,4 +387,31 @@ def test_a_rank_dies_with_its_launcher(tmp_path, assert_gone):
     assert_gone([rank_pid])
 
 
+def test_a_rank_stopped_by_sigterm_takes_its_process_and_its_folder_with_it(tmp_path, assert_gone):
+    """torchrun stops its workers with SIGTERM: the watcher then kills its
+    rank and removes the rank's folder (its event log and collective
+    history) before it exits. Here rank 0 of 2 waits for a rank 1 that
+    never comes."""
+    port = free_port()
+    env = dict(_env(tmp_path), RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    command = [sys.executable, "-m", "rpc_harness.apps.torchrun", "--scenario", "torchrun_scenario:COLLECTIVE",
+               "--seed", "1", "--deadline", str(DEADLINE)]
+    with Group([command], [env], tmp_path) as group:
+        watcher = group.procs[0]
+        until = time.monotonic() + JOB_TIMEOUT
+        folders, children = [], []
+        while time.monotonic() < until and not (folders and children):
+            assert watcher.poll() is None, "the watcher exited early"
+            folders = list((tmp_path / "tmp").glob("rpc-harness-torchrun-*"))
+            with open(f"/proc/{watcher.pid}/task/{watcher.pid}/children") as file:
+                children = [int(pid) for pid in file.read().split()]
+            time.sleep(0.1)
+        assert folders and len(children) == 1, (folders, children)
+        watcher.send_signal(signal.SIGTERM)
+        codes, texts = group.finish()
+    assert codes == [130] and "interrupted: the rank was stopped" in texts[0], texts
+    assert not any(folder.exists() for folder in folders)
+    assert_gone([watcher.pid, *children])
+
+
 # -- the pieces, in process ------------------------------------------------------------------
