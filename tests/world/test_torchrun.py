@@ -240,31 +240,36 @@ def test_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, assert_
 
 @pytest.mark.long
 def test_a_ddp_world_killed_inside_an_all_reduce_under_two_torchrun_nodes_ends_as_in_the_harness(tmp_path, assert_gone):
-    """The DDP tutorial (a gloo group, no RPC agent) across two torchrun
-    nodes, worker1 killed inside its third all-reduce (issued by DDP's C++
-    reducer): the kill is the plan's, worker0 is stopped for it, the world
-    is ok and says so, and its report (the ranks, where each was in its
-    collectives) is the one the harness gives the same world on one host."""
+    """The DDP tutorial (a gloo group, no RPC agent) on two torchrun nodes
+    of two ranks each, worker2 killed inside its third all-reduce (issued by
+    DDP's C++ reducer): the kill is the plan's, so torchrun tears nothing
+    down (worker3 shares its node); the others are stopped for it, the world
+    is ok and says so, every agent exits 0, and the report (the ranks, where
+    each was in its collectives) is the one the harness gives the same
+    world on one host."""
     from rpc_harness.scenarios import ddp
 
-    seed, faults = 5, "kill:worker1@c10d.all_reduce#3"
+    seed, faults = 5, "kill:worker2@c10d.all_reduce#3"
     args = ["--scenario", "ddp", "--seed", str(seed), "--set", "steps=3", "--faults", faults]
-    with Nodes(tmp_path, args) as nodes:
-        local = ddp.run(ddp.Config(steps=3), world_size=2, seed=seed, faults=faults, deadline=DEADLINE).world
+    with Nodes(tmp_path, args, nodes=2, nproc=2) as nodes:
+        local = ddp.run(ddp.Config(steps=3), world_size=4, seed=seed, faults=faults, deadline=DEADLINE).world
         summary, values, output = nodes.result()
     assert summary["ok"] and summary["process_group"] == "gloo" and summary["rpc"] is False, output
-    assert [(f["rank"], f["point"], f["hit"]) for f in summary["fired"]] == [(1, "c10d.all_reduce", 3)], output
-    assert [r["status"] for r in summary["ranks"]] == ["stopped", "killed"], output
-    assert "ended early by its fault plan: rank 1 (worker1) was killed by the fault plan" in summary["headline"]
-    assert summary["replay"] == f"rpc_harness.run_scenario('ddp', {{'steps': 3}}, world_size=2, seed={seed}, faults={faults!r})"
-    assert local.ok and [r.status for r in local.ranks] == ["stopped", "killed"], local.report()
+    assert [(f["rank"], f["point"], f["hit"]) for f in summary["fired"]] == [(2, "c10d.all_reduce", 3)], output
+    statuses = ["stopped", "stopped", "killed", "stopped"]
+    assert [r["status"] for r in summary["ranks"]] == statuses, output
+    assert "ended early by its fault plan: rank 2 (worker2) was killed by the fault plan" in summary["headline"]
+    assert summary["replay"] == f"rpc_harness.run_scenario('ddp', {{'steps': 3}}, world_size=4, seed={seed}, faults={faults!r})"
+    assert local.ok and [r.status for r in local.ranks] == statuses, local.report()
     assert summary["ended_by"] == local.ended_by
-    assert summary["ranks"][1]["describe"] == local.ranks[1].describe()
-    # worker0 was stopped in or before that collective: where, exactly, is the OS's timing, here as there.
-    assert summary["ranks"][0]["describe"].startswith(f"rank 0 (worker0): stopped by the harness (SIGKILL): {local.ended_by}")
+    assert summary["ranks"][2]["describe"] == local.ranks[2].describe()
+    for rank in (0, 1, 3):
+        # Stopped in or before that collective: where, exactly, is the OS's timing, here as there.
+        assert summary["ranks"][rank]["describe"].startswith(
+            f"rank {rank} (worker{rank}): stopped by the harness (SIGKILL): {local.ended_by}")
     where = re.search(r"all_reduce #\d+ \(float32 \[\d+\]\)", " ".join(local.collectives))
     assert where and where[0] in " ".join(summary["collectives"]), (summary["collectives"], local.collectives)
-    assert values == [None, None]
+    assert values == [None] * 4
     assert_gone([r["pid"] for r in summary["ranks"]])
 
 
