@@ -308,6 +308,7 @@ class RankEnd:
     killed_by_plan: bool = False
     stopped_because: str = ""  # its watcher stopped it: the world had lost a rank
     hung: bool = False  # it ran past its deadline
+    ended_at: float = 0.0  # time.time() when its watcher saw it end (this host's clock)
 
 
 class _EndingLog(EventLog):
@@ -562,7 +563,8 @@ def _watch(child: int, args: RunArgs, env: LaunchEnv, world: World, folder: str)
     end = RankEnd(env.rank, socket.gethostname(), child, code if code >= 0 else None,
                   signal.Signals(-code).name if code < 0 else None, events, _read(history_path(folder, env.rank)),
                   killed_by_plan=code == -signal.SIGKILL and bool(fired) and not stopped_because,
-                  stopped_because=stopped_because, hung=hung or time.monotonic() > world.until)
+                  stopped_because=stopped_because, hung=hung or time.monotonic() > world.until,
+                  ended_at=time.time())
     if world.collective and code < 0 and not end.killed_by_plan and not stopped_because:
         say_ended(store, env.rank, f"rank {env.rank} ({world.names[env.rank]}) died, {ONE_LOST}")
     # Read before the end is written: once every end is in, rank 0's watcher
@@ -710,7 +712,7 @@ def summarise_world(world: World, args: RunArgs, result: WorldResult, reports: M
         entry: dict[str, Any] = {"rank": outcome_.rank, "name": outcome_.name, "status": outcome_.status,
                                  "describe": outcome_.describe()}
         if end is not None:
-            entry.update(host=end.host, pid=end.pid, exitcode=end.exitcode, signal=end.signal)
+            entry.update(host=end.host, pid=end.pid, exitcode=end.exitcode, signal=end.signal, ended_at=end.ended_at)
         if report is not None:
             entry.update(seconds=report.seconds, error=report.error, traceback=report.traceback,
                          value=summarise(report.value))
