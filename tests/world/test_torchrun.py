@@ -258,6 +258,8 @@ def test_a_ddp_world_killed_inside_an_all_reduce_under_two_torchrun_nodes_ends_a
     assert [(f["rank"], f["point"], f["hit"]) for f in summary["fired"]] == [(2, "c10d.all_reduce", 3)], output
     statuses = ["stopped", "stopped", "killed", "stopped"]
     assert [r["status"] for r in summary["ranks"]] == statuses, output
+    # Every rank ended after the kill, as its watcher saw it (one host, one clock).
+    assert all(r["ended_at"] >= summary["fired"][0]["t"] for r in summary["ranks"]), summary["ranks"]
     assert "ended early by its fault plan: rank 2 (worker2) was killed by the fault plan" in summary["headline"]
     assert summary["replay"] == f"rpc_harness.run_scenario('ddp', {{'steps': 3}}, world_size=4, seed={seed}, faults={faults!r})"
     assert local.ok and [r.status for r in local.ranks] == statuses, local.report()
