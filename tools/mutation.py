@@ -146,11 +146,21 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_edges.py",
         "tests/unit/test_contracts.py",
     ],
-    # The collective scenarios' shared judge pieces and the DDP judge (issue
-    # 40); fsdp's and ddp_rpc's judges are reached through worlds only.
-    "rpc_harness/scenarios/_verdicts.py": ["tests/unit/test_contracts.py"],
-    "rpc_harness/scenarios/_collective.py": ["tests/unit/test_collective_judges.py"],
+    # The collective scenarios' shared judge pieces and their three judges
+    # (issue 40), each on hand-made records.
+    "rpc_harness/scenarios/_verdicts.py": [
+        "tests/unit/test_contracts.py",
+        "tests/unit/test_fsdp_judge.py",
+        "tests/unit/test_ddp_rpc_judge.py",
+    ],
+    "rpc_harness/scenarios/_collective.py": [
+        "tests/unit/test_collective_judges.py",
+        "tests/unit/test_fsdp_judge.py",
+        "tests/unit/test_ddp_rpc_judge.py",
+    ],
     "rpc_harness/scenarios/ddp/judge.py": ["tests/unit/test_collective_judges.py"],
+    "rpc_harness/scenarios/fsdp/judge.py": ["tests/unit/test_fsdp_judge.py", "tests/unit/test_collective_judges.py"],
+    "rpc_harness/scenarios/ddp_rpc/judge.py": ["tests/unit/test_ddp_rpc_judge.py"],
     # -- the rest of the library (issue 38): pure modules with unit tests first.
     "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [
