@@ -103,8 +103,8 @@ def test_the_ddp_judge_holds_the_initial_parameters_bit_for_bit():
     records = perfect_ddp_run(config, 2, 1)
     records["worker1"]["init"]["net1.weight"][0, 0] += 1e-7  # the replay starts from worker0's
     mismatches = judge_ddp(records, config, 1).mismatches
-    assert [(m.step, m.rank, m.param, m.what) for m in mismatches] == [
-        ("init", "worker1", "net1.weight", "initial parameter")]
+    assert [(m.scenario, m.step, m.rank, m.param, m.what, m.atol, m.rtol, m.seed) for m in mismatches] == [
+        ("ddp", "init", "worker1", "net1.weight", "initial parameter", 0.0, 0.0, 1)]
 
 
 def test_the_fsdp_judge_puts_the_ranks_shards_together_in_rank_order():
@@ -180,8 +180,9 @@ def test_the_ddp_judge_names_each_rank_that_ran_more_steps_than_its_baseline():
     records, expected = ddp_faithful()
     expected["steps"].pop()
     result = ddp.judge.compare(records, expected, DDP, 1)
-    assert [(m.step, m.rank, m.param, m.what, m.max_abs) for m in result.mismatches] == [
-        ("all", "worker0", "steps", "number of steps", 1.0), ("all", "worker1", "steps", "number of steps", 1.0)]
+    assert [(m.scenario, m.step, m.rank, m.param, m.what, m.max_abs, m.atol, m.rtol, m.seed)
+            for m in result.mismatches] == [
+        ("ddp", "all", rank, "steps", "number of steps", 1.0, 0.0, 0.0, 1) for rank in ("worker0", "worker1")]
     records["worker0"]["steps"].pop()  # as long as its baseline now
     assert [m.rank for m in ddp.judge.compare(records, expected, DDP, 1).mismatches] == ["worker1"]
 
@@ -196,7 +197,10 @@ def test_the_ddp_judge_counts_a_missing_parameter_in_the_never_compared_line():
         (1, "worker1", "net2.bias (missing in the distributed run)", "parameter"),
         ("all", "worker0, worker1", "1 of the 24 parameter tensors the baseline has (never compared)", "parameter")]
     never = result.mismatches[-1]
-    assert (never.max_abs, never.max_rel, never.seed) == (float("inf"), float("inf"), 1)
+    assert (never.scenario, never.max_abs, never.max_rel, never.seed) == ("ddp", float("inf"), float("inf"), 1)
+    assert (never.atol, never.rtol) == (0.0, 0.0)
+    slack = ddp.Config(steps=3, atol=0.5, rtol=0.25)
+    assert [(m.atol, m.rtol) for m in ddp.judge.compare(records, expected, slack, 1).mismatches][-1] == (0.5, 0.25)
 
 
 def test_the_ddp_replay_starts_from_the_first_ranks_initial_then_its_parameters_after_each_step():
@@ -377,3 +381,30 @@ def test_compare_within_keeps_the_worst_over_tensors_and_the_owner_names_the_ran
     diff, ratio, bad = within(actual, expected, bounds, owner=owner)
     assert (diff, ratio) == (4.0, 2.0) and seen == [[False, True, False]]
     assert [(m.rank, m.param, m.max_abs, m.atol) for m in bad] == [("worker9", "a", 4.0, 2.0)]
+
+
+def test_compare_within_reports_every_field_of_a_mismatch_at_its_worst_element():
+    expected = {"w": torch.tensor([1.0, 1.0, 2.0])}
+    bounds = {"w": torch.tensor([0.5, 0.01, 0.25], dtype=torch.float64)}  # the worst ratio is the middle one
+    actual = {"w": torch.tensor([1.25, 1.02, 2.0])}
+    diff, ratio, bad = within(actual, expected, bounds, rtol=0.0)
+    assert diff == 0.25 and ratio == pytest.approx(2.0)
+    (m,) = bad
+    assert (m.scenario, m.step, m.rank, m.param, m.seed, m.what) == ("s", 1, "r", "w", 7, "gradient")
+    assert (m.max_abs, m.max_rel) == (0.25, 0.25)  # the largest differences, wherever they are
+    assert m.atol == pytest.approx(0.01) and m.rtol == 0.0  # the bound where the ratio is worst
+
+
+def test_compare_within_takes_a_difference_exactly_at_its_bound_as_within():
+    # 0.75 - 0.5 and the bound 0.25 are exact in binary: diff == allowed.
+    assert within({"w": torch.tensor([0.75])}, {"w": torch.tensor([0.5])},
+                  {"w": torch.tensor([0.25], dtype=torch.float64)}) == (0.25, 1.0, [])
+    assert within({"w": torch.tensor([0.75])}, {"w": torch.tensor([0.5])},
+                  {"w": torch.tensor([0.125], dtype=torch.float64)}, atol=0.125)[2] == []
+
+
+def test_the_bound_of_an_empty_tensor_is_empty():
+    bound = _collective.reassociation_bound(torch.zeros(0, 3), terms=4, fan_in=2)
+    assert bound.shape == (0, 3) and bound.dtype == torch.float64
+    assert torch.equal(_collective.reassociation_bound(torch.tensor([3.0]), terms=1, fan_in=1, unit=0.5),
+                       torch.tensor([2 * 2 * 0.5 * 3.0], dtype=torch.float64))

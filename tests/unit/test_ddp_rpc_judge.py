@@ -134,7 +134,10 @@ def test_a_missing_tensor_is_counted_as_never_compared():
         ("all", "trainer0, trainer1", f"1 of the {total} parameter tensors the baseline has (never compared)",
          "parameter")]
     never = result.mismatches[-1]
-    assert (never.max_abs, never.max_rel, never.seed) == (float("inf"), float("inf"), SEED)
+    assert (never.scenario, never.max_abs, never.max_rel, never.seed) == ("ddp_rpc", float("inf"), float("inf"), SEED)
+    assert (never.atol, never.rtol) == (0.0, 0.0)
+    slack = ddp_rpc.Config(**{**CONFIG.__dict__, "atol": 0.5, "rtol": 0.25})
+    assert [(m.atol, m.rtol) for m in judge.compare(records, expected, slack, SEED).mismatches][-1] == (0.5, 0.25)
 
 
 def test_a_trainer_that_ran_short_is_counted_short_and_one_that_ran_long_is_named():
@@ -148,8 +151,9 @@ def test_a_trainer_that_ran_short_is_counted_short_and_one_that_ran_long_is_name
     records, expected = faithful()
     expected["steps"].pop()
     result = judge.compare(records, expected, CONFIG, SEED)
-    assert [(m.step, m.rank, m.param, m.what, m.max_abs) for m in result.mismatches] == [
-        ("all", "trainer0", "steps", "number of steps", 1.0), ("all", "trainer1", "steps", "number of steps", 1.0)]
+    assert [(m.scenario, m.step, m.rank, m.param, m.what, m.max_abs, m.atol, m.rtol, m.seed)
+            for m in result.mismatches] == [
+        ("ddp_rpc", "all", trainer, "steps", "number of steps", 1.0, 0.0, 0.0, SEED) for trainer in TRAINERS]
     records["trainers"]["trainer0"]["steps"].pop()  # as long as its baseline now: only trainer1 is named
     assert [m.rank for m in judge.compare(records, expected, CONFIG, SEED).mismatches] == ["trainer1"]
 

@@ -144,8 +144,8 @@ def test_the_initial_parameters_are_held_bit_for_bit():
     records, expected = faithful()
     records["worker0"]["init"]["norm.bias"][0] += 1e-7
     mismatches = judge.compare(records, expected, CONFIG, SEED).mismatches
-    assert [(m.step, m.rank, m.param, m.what, m.atol, m.rtol) for m in mismatches] == [
-        ("init", "worker0", "norm.bias", "initial parameter", 0.0, 0.0)]
+    assert [(m.scenario, m.step, m.rank, m.param, m.what, m.atol, m.rtol, m.seed) for m in mismatches] == [
+        ("fsdp", "init", "worker0", "norm.bias", "initial parameter", 0.0, 0.0, SEED)]
 
 
 def test_a_tensor_one_rank_lacks_is_counted_as_never_compared():
@@ -161,7 +161,11 @@ def test_a_tensor_one_rank_lacks_is_counted_as_never_compared():
         ("all", "all ranks", f"1 of the {CONFIG.steps * 3 * PARAMS} parameter and state tensors the baseline has "
                              "(never compared)")]
     never = result.mismatches[-1]
-    assert (never.what, never.max_abs, never.max_rel, never.seed) == ("parameter", float("inf"), float("inf"), SEED)
+    assert (never.scenario, never.what, never.max_abs, never.max_rel, never.seed) == (
+        "fsdp", "parameter", float("inf"), float("inf"), SEED)
+    assert (never.atol, never.rtol) == (0.0, 0.0)
+    slack = fsdp.Config(**{**CONFIG.__dict__, "atol": 0.5, "rtol": 0.25})
+    assert [(m.atol, m.rtol) for m in judge.compare(records, expected, slack, SEED).mismatches][-1] == (0.5, 0.25)
 
 
 def test_a_run_shorter_than_its_baseline_is_counted_short_and_a_longer_one_is_named():
@@ -174,8 +178,8 @@ def test_a_run_shorter_than_its_baseline_is_counted_short_and_a_longer_one_is_na
     records, expected = faithful()
     expected["steps"].pop()  # the run took a step its baseline did not
     result = judge.compare(records, expected, CONFIG, SEED)
-    assert [(m.step, m.rank, m.param, m.what, m.max_abs) for m in result.mismatches] == [
-        ("all", "worker0", "steps", "number of steps", 1.0)]
+    assert [(m.scenario, m.step, m.rank, m.param, m.what, m.max_abs, m.atol, m.rtol, m.seed)
+            for m in result.mismatches] == [("fsdp", "all", "worker0", "steps", "number of steps", 1.0, 0.0, 0.0, SEED)]
     assert result.checked == result.expected == (CONFIG.steps - 1) * PARAMS
 
 
@@ -199,9 +203,12 @@ def test_mixed_precision_holds_a_gradient_as_a_whole_to_its_own_tolerance():
     assert "gradients" not in judge.compare(records, expected, CONFIG, SEED).details["tolerance"]
     scale_gradient(records, 1, "head.weight", 1.2 / 1.05)  # 20 %: beyond
     mismatches = judge.compare(records, expected, MIXED, SEED).mismatches
-    assert [(m.step, m.rank, m.param, m.what, m.rtol) for m in mismatches] == [
-        (1, "all ranks", "head.weight", "gradient", judge.MIXED_RTOL)]
+    assert [(m.scenario, m.step, m.rank, m.param, m.what, m.rtol, m.atol, m.seed) for m in mismatches] == [
+        ("fsdp", 1, "all ranks", "head.weight", "gradient", judge.MIXED_RTOL, 0.0, SEED)]
     assert mismatches[0].rel_norm == pytest.approx(0.2, rel=1e-3)
+    # The config's atol is slack on the whole too (atol * sqrt(n)).
+    loose = fsdp.Config(**{**MIXED.__dict__, "atol": 1.0})
+    assert judge.compare(records, expected, loose, SEED).mismatches == []
 
 
 def test_mixed_precision_leaves_parameters_and_state_to_their_bounds():
