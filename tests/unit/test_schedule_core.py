@@ -530,3 +530,16 @@ def test_a_step_that_ran_alone_is_looked_at_once_another_task_waits_for_its_turn
     assert link.scheduler.waiting_for_turn()
     assert link.spinning() is None
     assert looks_sent(other_conn) == [msg.Look(alone.id)]
+
+
+def test_a_spin_names_every_task_that_waited_for_its_turn():
+    now = [0.0]
+    conns = [FakeConn(msg.Begin(task, "main", "start")) for task in ("a", "b", "c")]
+    link = link_of(*conns, now=now)
+    for rank in range(3):
+        link.drain(rank)
+    running = link.scheduler.running.id
+    rank = "abc".index(running)
+    said = watch(link, conns[rank], rank, seconds=2 * _schedule_link.SPIN_SECONDS, now=now)
+    others = [task for task in "abc" if task != running]
+    assert f"while {others[0]} (main) at start; {others[1]} (main) at start waited for a turn" in said
