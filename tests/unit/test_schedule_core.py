@@ -543,3 +543,28 @@ def test_a_spin_names_every_task_that_waited_for_its_turn():
     said = watch(link, conns[rank], rank, seconds=2 * _schedule_link.SPIN_SECONDS, now=now)
     others = [task for task in "abc" if task != running]
     assert f"while {others[0]} (main) at start; {others[1]} (main) at start waited for a turn" in said
+
+
+def test_messages_after_a_looks_answer_are_read_in_the_same_drain():
+    now = [0.0]
+    link, running, other, conn = running_while_another_waits(now)
+    rank = 0 if running == "a" else 1
+    link.spinning()  # a look is asked for
+    conn.incoming += [msg.Looked(running, SPINNING, "x", 1.0), msg.End(running, False, False)]
+    link.drain(rank)
+    assert conn.incoming == [] and link.scheduler.running.id == other, "the End behind the answer was read"
+
+
+def test_a_pipe_that_ended_counts_as_news_for_the_stall_watch(monkeypatch):
+    class Ended(FakeConn):
+        def poll(self) -> bool:
+            raise EOFError
+
+    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: False)
+    now = [50.0]
+    link = link_of(Ended(), FakeConn(), now=now)  # no entry has begun: the scheduler waits for both
+    now[0] += 2 * _schedule_link.STALL_SECONDS
+    link.drain(0)  # rank 0's pipe ends: something happened just now
+    assert link.stalled([]) is None
+    now[0] += _schedule_link.STALL_SECONDS
+    assert link.stalled([]) == "ranks [0, 1] have not started their entry"
