@@ -305,3 +305,14 @@ def test_collective_a_raise_is_reported_by_its_own_rank_first_and_found_in_a_tra
     via.ranks[1].status = STOPPED
     via.ranks[1].error = INJECTED
     assert _verdicts.reporter(via, via.ranks[2]) is None
+
+
+def test_collective_a_broken_contract_is_false_not_merely_falsy_and_names_every_failure():
+    names = ("worker0", "worker1", "worker2")
+    failed = world(names, [outcome(0, "worker0", RAISED, error="ValueError: x"), outcome(1, "worker1"),
+                           outcome(2, "worker2", DIED)])
+    verdict = _verdicts.collective_contract(failed)
+    assert verdict.ok is False  # a report written as JSON says false
+    assert verdict.note.startswith(f"{failed.ranks[0].describe()}; {failed.ranks[2].describe()}\n")
+    assert _verdicts.collective_contract(killed_world(timed_out=True)).ok is False
+    assert _verdicts.collective_contract(killed_world(survivor=HUNG)).ok is False
