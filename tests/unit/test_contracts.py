@@ -316,3 +316,21 @@ def test_collective_a_broken_contract_is_false_not_merely_falsy_and_names_every_
     assert verdict.note.startswith(f"{failed.ranks[0].describe()}; {failed.ranks[2].describe()}\n")
     assert _verdicts.collective_contract(killed_world(timed_out=True)).ok is False
     assert _verdicts.collective_contract(killed_world(survivor=HUNG)).ok is False
+
+
+def test_collective_every_problem_is_named_and_a_killed_origin_is_its_own_report():
+    both = killed_world(survivor=HUNG)
+    both.ranks[2].status = DIED
+    verdict = _verdicts.collective_contract(both)
+    assert verdict.note.startswith(f"{both.ranks[0].describe()}; {both.ranks[2].describe()}\n")
+    # worker1's raise fired (worker0's call to it raised the error), then its kill: it was killed, and
+    # says where both fired; the caller that raised is a follower, not its reporter.
+    plan = f"raise:worker1@ddp.step#2,{KILL}"
+    injected = "InjectedFault: injected fault raise:worker1@ddp.step#2 fired on hit 2 (rank 1, worker1)"
+    ranks = [outcome(0, "worker0", RAISED, error=f"RuntimeError: {injected}"),
+             outcome(1, "worker1", KILLED, events=[fired(1, "raise:worker1@ddp.step#2", "raise", "ddp.step", 2),
+                                                   fired(1, KILL, "kill", "ddp.step", 3, t=101.0)]),
+             outcome(2, "worker2", STOPPED)]
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=plan))
+    assert verdict.ok and verdict.note == (f"worker1 killed as planned at ddp.step #2, ddp.step #3; after it, "
+                                           f"worker0 raised RuntimeError: {injected}; worker2 stopped by the harness")
