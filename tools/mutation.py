@@ -146,11 +146,20 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_edges.py",
         "tests/unit/test_contracts.py",
     ],
-    # The collective scenarios' shared judge pieces and the DDP judge (issue
-    # 40); fsdp's and ddp_rpc's judges are reached through worlds only.
-    "rpc_harness/scenarios/_verdicts.py": ["tests/unit/test_contracts.py"],
+    # The collective scenarios' shared judge pieces and their three judges
+    # (issue 40), each on hand-made records.
+    "rpc_harness/scenarios/_verdicts.py": [
+        "tests/unit/test_contracts.py",
+        "tests/unit/test_fsdp_judge.py",
+        "tests/unit/test_ddp_rpc_judge.py",
+    ],
+    # (The fsdp and ddp_rpc judges' tests reach _collective.py too, but its
+    # own tests cover every function, and a survivor runs every test that
+    # reached it: each of those builds a faithful run.)
     "rpc_harness/scenarios/_collective.py": ["tests/unit/test_collective_judges.py"],
     "rpc_harness/scenarios/ddp/judge.py": ["tests/unit/test_collective_judges.py"],
+    "rpc_harness/scenarios/fsdp/judge.py": ["tests/unit/test_fsdp_judge.py", "tests/unit/test_collective_judges.py"],
+    "rpc_harness/scenarios/ddp_rpc/judge.py": ["tests/unit/test_ddp_rpc_judge.py"],
     # -- the rest of the library (issue 38): pure modules with unit tests first.
     "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [
@@ -296,6 +305,15 @@ def changed_modules(base: str, root: Path = ROOT) -> list[str]:
     return [module for module in MODULES if module in touched]
 
 
+# Seconds mutmut adds to a mutant's estimated test time before multiplying
+# it by 15 for the mutant's wall limit (30 for its CPU limit). mutmut's
+# default, 1, gives tests of milliseconds a 15 s wall limit: on this shared
+# 2-core machine at load 20 to 34 a mutant's tests took 20 to 30 s in the
+# forked worker (the collective contract tests of test_contracts.py, which
+# take 0.01 s alone), so most mutants of scenarios/_verdicts.py, killed or
+# not, were called timeouts, which the score counts as killed. 5 gives 75 s.
+TIMEOUT_CONSTANT = 5.0
+
 # mutmut's exit codes, as its own `results` command names them.
 KILLED = {1, 3, 37}
 TIMEOUT = {-24, 24, 152, 255, 36}
@@ -339,6 +357,7 @@ def scratch_copy(module: str, tests: list[str]) -> Path:
     per_module = (
         f"only_mutate = {json.dumps([module])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        f"timeout_constant = {TIMEOUT_CONSTANT}\n"
     )
     (where / "pyproject.toml").write_text(text.replace(header, header + per_module, 1))
     return where

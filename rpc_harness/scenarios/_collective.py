@@ -123,7 +123,7 @@ def compare_within(actual: Mapping[str, torch.Tensor], expected: Mapping[str, to
         diff = (a - e).abs()
         # 0/0 is no difference; a difference where nothing is allowed is infinitely over; NaN is never close.
         ratio = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed)
-        ratio = torch.nan_to_num(ratio, nan=float("inf"))
+        ratio = torch.nan_to_num(ratio, nan=float("inf"), posinf=float("inf"))  # (its default posinf: the largest float)
         max_abs, max_rel = max_differences(a, e)
         worst_diff = max(worst_diff, max_abs)
         if ratio.numel():

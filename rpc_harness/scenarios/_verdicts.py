@@ -40,6 +40,12 @@ def reporter(world: WorldResult, origin: Any) -> Any:
     return origin if origin in reported else (reported[0] if reported else None)
 
 
+def ending(rank: Any) -> list[Any]:
+    """The kills and raises that fired in ``rank``: what ended it (a delay
+    that fired before them ends nothing, and does not make it the first)."""
+    return [fired for fired in rank.fired_faults() if fired.kind in ("kill", "raise")]
+
+
 def collective_contract(world: WorldResult) -> Verdict:
     """The contract of a collective world under its plan (module docstring)."""
     kills, raises = planned(world, "kill"), planned(world, "raise")
@@ -67,9 +73,9 @@ def collective_contract(world: WorldResult) -> Verdict:
             problems.append(rank.describe())
     if problems:
         return Verdict(False, "; ".join(problems) + "\n" + world.report(output_lines=10))
-    first = min(origins, key=lambda r: min((f.t for f in r.fired_faults()), default=float("inf")))
+    first = min(origins, key=lambda r: min((f.t for f in ending(r)), default=float("inf")))
     how = "killed as planned" if first.status == KILLED else "raised as planned"
-    where = ", ".join(f"{f.point} #{f.hit}" for f in first.fired_faults() if f.kind in ("kill", "raise"))
+    where = ", ".join(f"{f.point} #{f.hit}" for f in ending(first))
     told = reporter(world, first) if first.status != KILLED else first
     after = [r for r in world.ranks if r is not first and r is not told and r.status == RAISED]
     note = f"{first.name} {how} at {where}"

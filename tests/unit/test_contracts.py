@@ -226,3 +226,111 @@ def test_collective_a_clean_world_with_a_failure_breaks_the_contract():
     failed = world(names, [outcome(0, "worker0"), outcome(1, "worker1", RAISED, error="ValueError: x")])
     verdict = _verdicts.collective_contract(failed)
     assert not verdict.ok and verdict.note.startswith("rank 1 (worker1): raised ValueError: x")
+
+
+def test_collective_a_clean_world_says_every_rank_finished_and_a_failing_one_carries_its_report():
+    names = ("worker0", "worker1")
+    clean = _verdicts.collective_contract(world(names, [outcome(0, "worker0"), outcome(1, "worker1")]))
+    assert clean.note == "all 2 ranks finished" and clean.details == {}
+    # Eleven lines of output: the report shows the last ten, and the verdict carries that report.
+    lines = "\n".join(f"line {k}" for k in range(11))
+    failed = world(names, [outcome(0, "worker0"), rpc_harness.RankOutcome(1, "worker1", status=RAISED,
+                                                                        error="ValueError: x", output=lines)])
+    verdict = _verdicts.collective_contract(failed)
+    assert verdict.note == failed.ranks[1].describe() + "\n" + failed.report(output_lines=10)
+    assert "line 1\n" in verdict.note and "line 0\n" not in verdict.note
+    killed = killed_world(survivor=HUNG)
+    killed.ranks[0].output = lines
+    assert _verdicts.collective_contract(killed).note.endswith("\n" + killed.report(output_lines=10))
+    hung = killed_world(timed_out=True)
+    hung.ranks[0].output = lines
+    assert _verdicts.collective_contract(hung).note == ("the world hung until its deadline of 60s\n"
+                                                       + hung.report(output_lines=10))
+
+
+def test_collective_a_raise_that_never_fired_is_named_as_the_planned_raise():
+    ranks = [outcome(0, "worker0"), outcome(1, "worker1"), outcome(2, "worker2")]
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=RAISE))
+    assert not verdict.ok and verdict.note.startswith(f"the planned raise never ended a rank: {RAISE}\n")
+    both = f"{KILL},{RAISE}"
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=both))
+    assert verdict.note.startswith(f"the planned kill never ended a rank: {KILL}, {RAISE}\n")
+
+
+def test_collective_the_first_fault_to_fire_is_the_origin_and_only_kills_and_raises_say_where():
+    kill = fired(1, KILL, "kill", "ddp.step", 3, t=105.0)
+    slow = fired(2, "delay:worker2@ddp.step=0.1s", "delay", "ddp.step", 1, t=101.0)
+    early_raise = fired(2, RAISE, "raise", "ddp.step", 2, t=102.0)
+    ranks = [outcome(0, "worker0", STOPPED), outcome(1, "worker1", KILLED, events=[kill]),
+             outcome(2, "worker2", RAISED, error=INJECTED, events=[slow, early_raise])]
+    faults = f"{KILL},{RAISE},delay:worker2@ddp.step=0.1s"
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=faults))
+    assert verdict.ok, verdict.note
+    assert verdict.details == {"origin": "worker2", "origin_status": RAISED}
+    assert verdict.note == "worker2 raised as planned at ddp.step #2; worker0 stopped by the harness"
+    # Fired later, the kill is the origin, and the raise's rank follows it.
+    ranks[2].events = [slow, fired(2, RAISE, "raise", "ddp.step", 2, t=106.0)]
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=faults))
+    assert verdict.details == {"origin": "worker1", "origin_status": KILLED}
+    assert verdict.note.startswith("worker1 killed as planned at ddp.step #3; after it, worker2 raised InjectedFault")
+
+
+def test_collective_a_follower_is_named_by_its_errors_first_line_cut_at_160_characters():
+    long = "RuntimeError: " + "x" * 200 + "\nTraceback line"
+    ranks = [outcome(0, "worker0", RAISED, error=long), outcome(1, "worker1", KILLED,
+                                                               events=[fired(1, KILL, "kill", "ddp.step", 3)]),
+             outcome(2, "worker2", STOPPED), outcome(3, "worker3", STOPPED)]
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2", "worker3"), ranks, faults=KILL))
+    assert verdict.note == (f"worker1 killed as planned at ddp.step #3; after it, worker0 raised {long[:160]}; "
+                            "worker2, worker3 stopped by the harness")
+
+
+def test_collective_a_raise_is_reported_by_its_own_rank_first_and_found_in_a_traceback_too():
+    assert _verdicts.planned(raised_world(), "raise")[0].kind == "raise"
+    assert _verdicts.planned(raised_world(), "kill") == []
+    # worker0's RPC to worker2 raised the same error, but worker2 reported its own.
+    both = raised_world(caller_error=f"RuntimeError: {INJECTED}")
+    origin = both.ranks[2]
+    assert _verdicts.reporter(both, origin) is origin
+    # The mark may be in the traceback only (the error's first line holds no rank).
+    via = raised_world(origin_status=STOPPED, origin_error=None)
+    via.ranks[1].error = "InjectedFault: injected fault fired on hit 2"
+    via.ranks[1].traceback = f"... {INJECTED} ..."
+    assert _verdicts.reporter(via, via.ranks[2]) is via.ranks[1]
+    # An error naming the rank that is no InjectedFault is no report of it.
+    via.ranks[1].error = "RuntimeError: peer (rank 2, worker2) closed"
+    via.ranks[1].traceback = "RuntimeError: peer (rank 2, worker2) closed"
+    assert _verdicts.reporter(via, via.ranks[2]) is None
+    # A rank that did not raise reports nothing, whatever its error says.
+    via.ranks[1].status = STOPPED
+    via.ranks[1].error = INJECTED
+    assert _verdicts.reporter(via, via.ranks[2]) is None
+
+
+def test_collective_a_broken_contract_is_false_not_merely_falsy_and_names_every_failure():
+    names = ("worker0", "worker1", "worker2")
+    failed = world(names, [outcome(0, "worker0", RAISED, error="ValueError: x"), outcome(1, "worker1"),
+                           outcome(2, "worker2", DIED)])
+    verdict = _verdicts.collective_contract(failed)
+    assert verdict.ok is False  # a report written as JSON says false
+    assert verdict.note.startswith(f"{failed.ranks[0].describe()}; {failed.ranks[2].describe()}\n")
+    assert _verdicts.collective_contract(killed_world(timed_out=True)).ok is False
+    assert _verdicts.collective_contract(killed_world(survivor=HUNG)).ok is False
+
+
+def test_collective_every_problem_is_named_and_a_killed_origin_is_its_own_report():
+    both = killed_world(survivor=HUNG)
+    both.ranks[2].status = DIED
+    verdict = _verdicts.collective_contract(both)
+    assert verdict.note.startswith(f"{both.ranks[0].describe()}; {both.ranks[2].describe()}\n")
+    # worker1's raise fired (worker0's call to it raised the error), then its kill: it was killed, and
+    # says where both fired; the caller that raised is a follower, not its reporter.
+    plan = f"raise:worker1@ddp.step#2,{KILL}"
+    injected = "InjectedFault: injected fault raise:worker1@ddp.step#2 fired on hit 2 (rank 1, worker1)"
+    ranks = [outcome(0, "worker0", RAISED, error=f"RuntimeError: {injected}"),
+             outcome(1, "worker1", KILLED, events=[fired(1, "raise:worker1@ddp.step#2", "raise", "ddp.step", 2),
+                                                   fired(1, KILL, "kill", "ddp.step", 3, t=101.0)]),
+             outcome(2, "worker2", STOPPED)]
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=plan))
+    assert verdict.ok and verdict.note == (f"worker1 killed as planned at ddp.step #2, ddp.step #3; after it, "
+                                           f"worker0 raised RuntimeError: {injected}; worker2 stopped by the harness")

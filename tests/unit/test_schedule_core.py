@@ -451,3 +451,120 @@ def test_the_running_task_is_looked_at_every_half_second_and_a_stale_answer_is_d
     conn.incoming.append(msg.Looked(other, SPINNING, "x", 1.0))  # not the running task: ignored
     link.drain(rank)
     assert link.looks.last[1].task == running
+
+
+def looks_sent(conn: FakeConn) -> list:
+    return [m for m in conn.sent if isinstance(m, msg.Look)]
+
+
+def test_a_spin_is_named_the_moment_its_window_reaches_its_seconds_with_the_steps_own_figures():
+    now = [100.0]  # the link's clock is not the world's start: the step's time is counted from its Go
+    link, running, _, conn = running_while_another_waits(now)
+    rank = 0 if running == "a" else 1
+    # Looks at 100.0, 100.5, ..., each answered at once: the window is 5.0 s at the look of 105.5.
+    said = watch(link, conn, rank, seconds=2 * _schedule_link.SPIN_SECONDS, now=now, cpu=lambda i: 2.0 + 0.5 * i)
+    assert now[0] == 100.0 + _schedule_link.SPIN_SECONDS + 0.5
+    assert f"{running} (main) ran for 5.5s without reaching a scheduling point since start, in the same calls " \
+           "for the last 5.0s (at prog.py:9 in spin) and on a CPU for 5.0s of them" in said
+
+
+def test_a_spin_needs_its_cpu_share_and_exactly_that_share_is_enough(monkeypatch):
+    monkeypatch.setattr(_schedule_link, "SPIN_CPU_SHARE", 0.0625)  # exact in binary, as 8 + 0.3125 is
+    share = 0.0625 * _schedule_link.SPIN_SECONDS
+    for base, used, named in ((8.0, share, True), (8.0, share / 2, False)):
+        now = [0.0]
+        link, running, _, conn = running_while_another_waits(now)
+        rank = 0 if running == "a" else 1
+        # From a CPU time of 10 s before the window (a thread that computed before it spun).
+        steps = int(_schedule_link.SPIN_SECONDS / 0.5)
+        said = watch(link, conn, rank, seconds=_schedule_link.SPIN_SECONDS + 0.5, now=now,
+                     cpu=lambda i, base=base, used=used, steps=steps: base + (used if i >= steps else 0.0))
+        assert (said is not None) == named, (base, used, said)
+
+
+def test_a_spin_in_a_step_that_began_with_no_point_says_since_it_began():
+    now = [0.0]
+    zero, one = FakeConn(msg.Begin("a", "main", "")), FakeConn(msg.Begin("b", "main", ""))
+    link = link_of(zero, one, now=now)
+    link.drain(0)
+    link.drain(1)
+    running = link.scheduler.running.id
+    conn, rank = (zero, 0) if running == "a" else (one, 1)
+    said = watch(link, conn, rank, seconds=2 * _schedule_link.SPIN_SECONDS, now=now)
+    assert "without reaching a scheduling point since it began, in the same calls" in said
+
+
+def test_a_released_or_halted_schedule_looks_at_nothing():
+    for stop in (lambda s: s.release("for the test"), lambda s: s.halt()):
+        now = [0.0]
+        link, running, _, conn = running_while_another_waits(now)
+        rank = 0 if running == "a" else 1
+        stop(link.scheduler)
+        assert link.scheduler.running is not None and link.scheduler.waiting_for_turn()
+        assert watch(link, conn, rank, seconds=3 * _schedule_link.SPIN_SECONDS, now=now) is None
+        assert looks_sent(conn) == []
+
+
+def test_a_step_that_ran_alone_is_looked_at_once_another_task_waits_for_its_turn():
+    now = [0.0]
+    zero, one = FakeConn(msg.Begin("a", "main", "start")), FakeConn()
+    link = link_of(zero, one, now=now)
+    link.scheduler.on_message(1, msg.Begin("b", "main", "start"))  # rank 1's entry began first
+    link.drain(0)
+    running = link.scheduler.running
+    assert running is not None and link.scheduler.waiting_for_turn()
+    # Then the other ends its step and waits; the first runs alone, and is not looked at.
+    conn = zero if running.id == "a" else one
+    other_conn = one if conn is zero else zero
+    assert link.spinning() is None and looks_sent(conn) == [msg.Look(running.id)]
+    conn.sent.clear()
+    rank = 0 if conn is zero else 1
+    conn.incoming.append(msg.End(running.id, False, False))
+    link.drain(rank)
+    alone = link.scheduler.running
+    assert alone is not None and not link.scheduler.waiting_for_turn()
+    now[0] += 1.0
+    assert link.spinning() is None and looks_sent(other_conn) == []
+    # A handler arrives and waits for its turn: the running step is looked at again.
+    link.scheduler.on_message(rank, msg.Begin("9/1", "serving f", "start", "9/1"))
+    assert link.scheduler.waiting_for_turn()
+    assert link.spinning() is None
+    assert looks_sent(other_conn) == [msg.Look(alone.id)]
+
+
+def test_a_spin_names_every_task_that_waited_for_its_turn():
+    now = [0.0]
+    conns = [FakeConn(msg.Begin(task, "main", "start")) for task in ("a", "b", "c")]
+    link = link_of(*conns, now=now)
+    for rank in range(3):
+        link.drain(rank)
+    running = link.scheduler.running.id
+    rank = "abc".index(running)
+    said = watch(link, conns[rank], rank, seconds=2 * _schedule_link.SPIN_SECONDS, now=now)
+    others = [task for task in "abc" if task != running]
+    assert f"while {others[0]} (main) at start; {others[1]} (main) at start waited for a turn" in said
+
+
+def test_messages_after_a_looks_answer_are_read_in_the_same_drain():
+    now = [0.0]
+    link, running, other, conn = running_while_another_waits(now)
+    rank = 0 if running == "a" else 1
+    link.spinning()  # a look is asked for
+    conn.incoming += [msg.Looked(running, SPINNING, "x", 1.0), msg.End(running, False, False)]
+    link.drain(rank)
+    assert conn.incoming == [] and link.scheduler.running.id == other, "the End behind the answer was read"
+
+
+def test_a_pipe_that_ended_counts_as_news_for_the_stall_watch(monkeypatch):
+    class Ended(FakeConn):
+        def poll(self) -> bool:
+            raise EOFError
+
+    monkeypatch.setattr(_schedule_link, "_any_runnable", lambda pids: False)
+    now = [50.0]
+    link = link_of(Ended(), FakeConn(), now=now)  # no entry has begun: the scheduler waits for both
+    now[0] += 2 * _schedule_link.STALL_SECONDS
+    link.drain(0)  # rank 0's pipe ends: something happened just now
+    assert link.stalled([]) is None
+    now[0] += _schedule_link.STALL_SECONDS
+    assert link.stalled([]) == "ranks [0, 1] have not started their entry"
