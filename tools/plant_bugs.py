@@ -198,6 +198,15 @@ BUGS = (
         "diff, over, bad = compare_within(got[kind], want, bounds,",
         "diff, over, bad = compare_within(got[kind], got[kind], bounds,",
         ("tests/world/test_scenario_ddp_rpc.py::test_a_planted_bug_is_named_by_parameter_step_and_trainer",)),
+    Bug("ddp_rpc runs without the world's process group (its own, made in its entry)",
+        "rpc_harness/scenarios/ddp_rpc/__init__.py", '    world={"process_group": "gloo"},\n', "",
+        ("tests/world/test_scenario_ddp_rpc.py::"
+         "test_a_trainer_killed_inside_its_ddp_all_reduce_ends_the_world_naming_it_and_the_collective",)),
+    Bug("ddp_rpc's trainers' group is made without its description", "rpc_harness/scenarios/ddp_rpc/roles.py",
+        "name in trainers], group_desc=TRAINER_GROUP)", "name in trainers])",
+        ("tests/world/test_scenario_ddp_rpc.py::test_a_trainer_slow_at_its_ddp_all_reduce_changes_nothing",
+         "tests/world/test_scenario_ddp_rpc.py::"
+         "test_a_trainer_killed_inside_its_ddp_all_reduce_ends_the_world_naming_it_and_the_collective")),
     Bug("collective contract lets a hung or dead survivor pass", "rpc_harness/scenarios/_verdicts.py",
         "elif rank.status not in SURVIVOR_ENDINGS:", "elif rank.status not in SURVIVOR_ENDINGS and False:",
         (UCO + "test_collective_a_survivor_that_hung_or_died_breaks_the_contract",)),
