@@ -207,6 +207,11 @@ BUGS = (
         ("tests/world/test_scenario_ddp_rpc.py::test_a_trainer_slow_at_its_ddp_all_reduce_changes_nothing",
          "tests/world/test_scenario_ddp_rpc.py::"
          "test_a_trainer_killed_inside_its_ddp_all_reduce_ends_the_world_naming_it_and_the_collective")),
+    Bug("an RPC scenario takes a world without the RPC agent (fails only once its ranks run)",
+        "rpc_harness/scenario.py",
+        "    if rpc is False and needs_rpc(scenario):", "    if False:",
+        (UC + "test_run_without_rpc_is_refused_for_an_rpc_scenario_before_any_world",
+         UC + "test_run_scenario_refuses_rpc_false_for_an_rpc_scenario_before_any_world")),
     Bug("collective contract lets a hung or dead survivor pass", "rpc_harness/scenarios/_verdicts.py",
         "elif rank.status not in SURVIVOR_ENDINGS:", "elif rank.status not in SURVIVOR_ENDINGS and False:",
         (UCO + "test_collective_a_survivor_that_hung_or_died_breaks_the_contract",)),
