@@ -80,9 +80,11 @@ __all__ = [
 
 def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
     """The contracts ``rpc-harness run`` checks besides the clean world: a
-    slow parameter server changes nothing; a killed trainer ends the world, named."""
+    slow parameter server changes nothing; a trainer killed inside DDP's
+    gradient all-reduce (once a step) ends the world, naming it and the collective."""
     last = trainer_names(world_size)[-1]
-    return {"slow": f"delay:{PS}@ps.forward=0.01s", "kill": f"kill:{last}@trainer.step#{min(3, config.steps)}"}
+    return {"slow": f"delay:{PS}@ps.forward=0.01s",
+            "kill": f"kill:{last}@c10d.all_reduce:{TRAINER_GROUP}#{min(3, config.steps)}"}
 
 
 def _replay(config: Config, world_size: int, seed: int, records: judge.Records) -> Any:
