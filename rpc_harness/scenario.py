@@ -341,6 +341,21 @@ def world_names(scenario: Scenario, world_size: object, *, where: str = "") -> t
     return resolve_names(size, names, where=where or f"{scenario.name}.names({size})")
 
 
+def needs_rpc(scenario: Scenario) -> bool:
+    """Whether the scenario's ranks talk by RPC: every scenario's do unless
+    its own world options say ``rpc=False`` (the collectives-only ones)."""
+    return bool(getattr(scenario, "world", {}).get("rpc", True))
+
+
+def check_rpc_option(scenario: Scenario, rpc: object, *, where: str) -> None:
+    """Refuse a world without an RPC agent (``rpc`` False, from ``where``)
+    for a scenario whose ranks need one: its entry would fail at its first
+    RPC, after every rank had started."""
+    if rpc is False and needs_rpc(scenario):
+        raise WorldSpecError(f"{where}: the {scenario.name} scenario's ranks talk by RPC, so its worlds need the RPC "
+                             "agent; leave the option out (RPC is the default)")
+
+
 def make_config(scenario: Scenario, config: Any = None, *, where: str = "") -> Any:
     """The scenario's config from None (defaults), an instance, or a mapping
     of field overrides; bad fields raise :class:`WorldSpecError` naming them."""
@@ -548,6 +563,7 @@ def run_scenario(
     # the scenario gives its own again when the token replays.
     own = {name: value for name, value in getattr(sc, "world", {}).items() if name not in options}
     checked = WorldOptions.from_values({**own, **options}, where=sc.name)
+    check_rpc_option(sc, checked.rpc, where=f"{sc.name}: rpc=False")
     # The token carries what was given (failpoints: only the caller's own).
     carried = {name: value for name, value in checked.given()
                if DECLARED[name].token and name != "seed" and name not in own}

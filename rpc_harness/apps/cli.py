@@ -317,6 +317,7 @@ def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
     sizes, config overrides, fault plans (options were read by argparse)."""
     jobs = []
     for sc in scenarios_named(args.scenarios):
+        registry.check_rpc_option(sc, getattr(args, "rpc", None), where="--rpc no")
         overrides = registry.parse_overrides(sc, args.set, args.steps)
         config = registry.make_config(sc, overrides)
         for size in args.world_size or [sc.default_world_size]:

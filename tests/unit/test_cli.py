@@ -275,9 +275,42 @@ def test_list_says_which_scenarios_need_an_extra_and_whether_it_is_installed(mon
 def test_run_carries_a_process_group_and_rpc_into_every_worlds_token():
     from rpc_harness.apps.cli import _parser, plan_jobs
 
-    args = _parser().parse_args(["run", "rl", "--no-fault-checks", "--process-group", "gloo", "--rpc", "no"])
+    args = _parser().parse_args(["run", "ddp", "--no-fault-checks", "--process-group", "gloo", "--rpc", "no"])
     (job,) = plan_jobs(args, seed=1)
     assert job.repro.world_options()["process_group"] == "gloo"
     assert job.repro.world_options()["rpc"] is False
     plain = _parser().parse_args(["run", "rl", "--no-fault-checks"])
     assert "process_group" not in plan_jobs(plain, seed=1)[0].repro.options, "not given: the scenario's own"
+
+
+@pytest.mark.parametrize("name", ["rl", "rnn", "ps", "ddp_rpc"])
+def test_run_without_rpc_is_refused_for_an_rpc_scenario_before_any_world(name, capsys, monkeypatch):
+    from rpc_harness.apps import cli
+
+    def no_world(*args, **kwargs):
+        raise AssertionError("a world was started")
+
+    monkeypatch.setattr(cli, "run_job", no_world)
+    assert main(["run", "ddp", name, "--rpc", "no", "--no-fault-checks"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"rpc-harness: error: --rpc no: the {name} scenario's ranks talk by RPC, so its worlds need the "
+                   "RPC agent; leave the option out (RPC is the default)\n")
+
+
+def test_the_collective_scenarios_take_rpc_no():
+    from rpc_harness.apps.cli import _parser, plan_jobs
+
+    jobs = plan_jobs(_parser().parse_args(["run", "ddp", "fsdp", "--rpc", "no", "--no-fault-checks"]), seed=1)
+    assert [(job.scenario.name, job.repro.world_options()["rpc"]) for job in jobs] == [("ddp", False), ("fsdp", False)]
+
+
+def test_run_scenario_refuses_rpc_false_for_an_rpc_scenario_before_any_world(monkeypatch):
+    import rpc_harness
+    from rpc_harness import WorldSpecError, _launcher
+
+    def no_world(*args, **kwargs):
+        raise AssertionError("a world was started")
+
+    monkeypatch.setattr(_launcher, "run_world", no_world)
+    with pytest.raises(WorldSpecError, match=r"^ddp_rpc: rpc=False: the ddp_rpc scenario's ranks talk by RPC"):
+        rpc_harness.run_scenario("ddp_rpc", world_size=3, seed=1, rpc=False)

@@ -442,8 +442,9 @@ def test_a_rendezvous_that_is_neither_is_refused_naming_both():
         "Gloo group does in init_rpc); 'gloo' (torch's own: a Gloo group over every pair of ranks)")
 
 
-# The sample values as a scenario's world takes them (its names and failpoints).
-SCENARIO_SAMPLES = dict(SAMPLES, faults="kill:trainer1@x.step#2", failpoints=["x.step"])
+# The sample values as a scenario's world takes them (its names and failpoints;
+# rpc=False: a scenario of collectives only, as an RPC one refuses it).
+SCENARIO_SAMPLES = dict(SAMPLES, faults="kill:worker1@x.step#2", failpoints=["x.step"])
 
 
 def test_every_option_given_to_run_scenario_reaches_the_world_and_its_replay_lines(monkeypatch):
@@ -456,9 +457,9 @@ def test_every_option_given_to_run_scenario_reaches_the_world_and_its_replay_lin
     monkeypatch.setattr("rpc_harness._launcher.launch", launch)
     monkeypatch.setattr("rpc_harness._devices.require_world_devices", lambda *args, **kwargs: 1)
     with pytest.raises(_Launched):
-        rpc_harness.run_scenario("ps", world_size=2, **SCENARIO_SAMPLES)
+        rpc_harness.run_scenario("ddp", world_size=2, **SCENARIO_SAMPLES)
     spec = launched[0]
-    scenario_failpoints = ("trainer.step", "ps.forward", "optimizer.step")
+    scenario_failpoints = ("ddp.step", "optimizer.step")
     expected = O.WorldOptions.from_values(dict(SCENARIO_SAMPLES, failpoints=[*scenario_failpoints, "x.step"]),
                                           where="test")
     assert spec.options == expected, "every option reaches the world; the scenario's failpoints and the caller's"

@@ -15,9 +15,17 @@ trainers meet at a barrier after each optimizer step, because the
 tutorial races there (a trainer's next lookup may read the embedding
 before or after another trainer's update).
 
-Layout: ``master``, ``ps``, ``trainer0`` .. ``trainer{n-3}``; every rank
-joins the world's process group and the trainers' subgroup (``new_group``
-is collective over the default group).
+Layout: ``master``, ``ps``, ``trainer0`` .. ``trainer{n-3}``, in a
+collective world with RPC: every rank is in the world's process group
+(gloo, made by the harness on the world's store before the RPC agent, the
+order in which the tutorial's trainers make theirs), and all make the
+trainers' subgroup from it (``new_group`` is collective over the default
+group), described as ``trainers``. The tutorial's trainers make a group
+of their own, of the trainers alone, on their own store; the subgroup is
+that group, and the world's group gives the collective world's guarantees
+besides: the ``c10d.*`` failpoints (``c10d.all_reduce:trainers`` is DDP's
+gradient all-reduce alone), and a world that ends at a lost trainer,
+saying where each rank was in its collectives.
 
 The baseline (``baseline.py``) replays every step from the run's own
 parameters before it; every trainer's gradients (its embedding gradient,
@@ -46,6 +54,7 @@ from .config import (
     PLANTS,
     PS,
     STEPS_FIELD,
+    TRAINER_GROUP,
     Config,
     names,
     trainer_names,
@@ -63,16 +72,19 @@ from .roles import HybridModel, entry
 
 __all__ = [
     "DEFAULT_WORLD_SIZE", "FAILPOINTS", "MASTER", "MIN_STEPS", "MIN_WORLD_SIZE", "NAME", "PLANTS", "PS", "SCENARIO",
-    "STEPS_FIELD", "Config", "HybridModel", "SeededEmbeddingBag", "bags", "baseline", "build_embedding", "build_fc",
-    "check", "entry", "loss_fn", "names", "run", "step_bags", "trainer_bags", "trainer_names",
+    "STEPS_FIELD", "TRAINER_GROUP", "Config", "HybridModel", "SeededEmbeddingBag", "bags", "baseline",
+    "build_embedding", "build_fc", "check", "entry", "loss_fn", "names", "run", "step_bags", "trainer_bags",
+    "trainer_names",
 ]
 
 
 def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
     """The contracts ``rpc-harness run`` checks besides the clean world: a
-    slow parameter server changes nothing; a killed trainer ends the world, named."""
+    slow parameter server changes nothing; a trainer killed inside DDP's
+    gradient all-reduce (once a step) ends the world, naming it and the collective."""
     last = trainer_names(world_size)[-1]
-    return {"slow": f"delay:{PS}@ps.forward=0.01s", "kill": f"kill:{last}@trainer.step#{min(3, config.steps)}"}
+    return {"slow": f"delay:{PS}@ps.forward=0.01s",
+            "kill": f"kill:{last}@c10d.all_reduce:{TRAINER_GROUP}#{min(3, config.steps)}"}
 
 
 def _replay(config: Config, world_size: int, seed: int, records: judge.Records) -> Any:
@@ -83,6 +95,7 @@ SCENARIO = PackageScenario(
     config, judge, entry=entry, baseline=_replay, fault_checks=_fault_checks,
     summary="DDP + RPC: trainers' DDP Linear over a RemoteModule embedding on a parameter server",
     metric_name="loss",
+    world={"process_group": "gloo"},
 )
 
 run = functools.partial(run_scenario, SCENARIO)

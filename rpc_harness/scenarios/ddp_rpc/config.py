@@ -12,6 +12,9 @@ MASTER, PS = "master", "ps"
 # forward), the parameter server's embedding forward, a trainer's
 # optimizer step.
 FAILPOINTS = ("trainer.step", "ps.forward", "optimizer.step")
+# The trainers' DDP group, by its description: a plan reaches DDP's own
+# collectives alone with c10d.all_reduce:trainers, and reports name it.
+TRAINER_GROUP = "trainers"
 MIN_WORLD_SIZE = 3  # a master, a parameter server, a trainer
 DEFAULT_WORLD_SIZE = 4  # the tutorial's: two trainers
 STEPS_FIELD = "steps"

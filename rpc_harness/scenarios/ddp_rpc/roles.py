@@ -21,7 +21,7 @@ import rpc_harness
 
 from .._collective import process_group
 from .._threads import threads
-from .config import MASTER, PS, Config, trainer_names
+from .config import MASTER, PS, TRAINER_GROUP, Config, trainer_names
 from .model import SeededEmbeddingBag, build_fc, embedding_seed, loss_fn, step_bags, trainer_bags
 
 with warnings.catch_warnings():
@@ -46,11 +46,13 @@ class ServedEmbeddingBag(SeededEmbeddingBag):
 
 
 def entry(ctx: Any, config: Config) -> dict[str, Any] | None:
-    """Every rank joins the process group and the trainers' subgroup; the
-    master then drives the training and returns every trainer's record."""
+    """Every rank is in the world's process group (the scenario's world
+    option; made here only where a caller's options left it out) and makes
+    the trainers' subgroup from it; the master then drives the training and
+    returns every trainer's record."""
     process_group(ctx)
     trainers = trainer_names(ctx.world_size)
-    _TRAINERS["group"] = dist.new_group([ctx.rank_of(name) for name in trainers])
+    _TRAINERS["group"] = dist.new_group([ctx.rank_of(name) for name in trainers], group_desc=TRAINER_GROUP)
     dist.barrier()  # every rank holds the group before the master's calls can arrive
     if ctx.name != MASTER:
         return None  # trainers and the server serve RPCs until every entry has returned
@@ -139,4 +141,7 @@ def run_trainer(remote_emb: RemoteModule, config: Config, index: int, world_seed
             params.update(rpc.rpc_sync(PS, embedding_parameters, args=(module_rref,)))
             steps.append({"grads": grads, "params": params, "loss": loss.item()})
             ctx.progress(step + 1, config.steps, "steps", loss=loss.item())
-    return {"index": index, "steps": steps}
+    # Which ranks each group holds, as torch sees them: the test of the layout reads it.
+    groups = {"default": dist.get_process_group_ranks(dist.group.WORLD),
+              "ddp": dist.get_process_group_ranks(model.fc.process_group)}
+    return {"index": index, "steps": steps, "groups": groups}
