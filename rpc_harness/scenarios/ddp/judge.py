@@ -31,7 +31,7 @@ def records(world: WorldResult) -> Records | None:
 
 def contract(world: WorldResult, records: Records | None, config: Config) -> Verdict:
     """See rpc_harness/scenarios/_verdicts.py."""
-    return collective_contract(world)
+    return collective_contract(world, step="ddp.step")
 
 
 def replay_points(records: Records) -> list[dict[str, torch.Tensor]]:

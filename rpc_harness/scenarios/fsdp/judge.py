@@ -50,7 +50,7 @@ def records(world: WorldResult) -> Records | None:
 
 def contract(world: WorldResult, records: Records | None, config: Config) -> Verdict:
     """See rpc_harness/scenarios/_verdicts.py."""
-    return collective_contract(world)
+    return collective_contract(world, step="fsdp.step")
 
 
 def whole(records: Records) -> dict[str, Any]:
