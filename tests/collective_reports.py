@@ -13,9 +13,20 @@ def ranks_inside(collectives: list[str], op: str) -> set[int]:
     inside: set[int] = set()
     for line in collectives:
         if line.startswith(f"every rank at {op} #"):
-            found = re.search(r"not completed on ranks? ([\d, ]+)", line)
+            found = re.search(r"not completed on ranks? ([\d, -]+)", line)
         else:
-            found = re.search(rf"(?:^|; )ranks? ([\d, ]+) at {op} #", line)
+            found = re.search(rf"(?:^|; )ranks? ([\d, -]+) at {op} #", line)
         if found:
-            inside |= {int(rank) for rank in found[1].split(",") if rank.strip()}
+            inside |= parse_ranks(found[1])
     return inside
+
+
+def parse_ranks(text: str) -> set[int]:
+    """``1``, ``0, 2``, ``0-2, 5``: the ranks a report's line names (three
+    or more in a row as a range)."""
+    ranks: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if part:
+            first, _, last = part.partition("-")
+            ranks |= set(range(int(first), int(last or first) + 1))
+    return ranks
