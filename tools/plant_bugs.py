@@ -62,6 +62,7 @@ UCJ = "tests/unit/test_collective_judges.py::"
 UCO = "tests/unit/test_contracts.py::"
 SDDP = "tests/world/test_scenario_ddp.py::"
 SFSDP = "tests/world/test_scenario_fsdp.py::"
+UCD = "tests/unit/test_collective_devices.py::"
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,8 @@ BUGS = (
         ("tests/world/test_scenario_ps.py::test_planted_unrecorded_update_is_caught_with_a_readable_message",)),
     # -- issue 40: the collective scenarios' judges and fault contract ------------------------------
     Bug("ddp gradient check compares the run with itself", "rpc_harness/scenarios/ddp/judge.py",
-        'diff, over, bad = compare_within(got[kind], base[kind],',
-        'diff, over, bad = compare_within(got[kind], got[kind],',
+        'diff, over, bad = compare_run(got[kind], base[kind],',
+        'diff, over, bad = compare_run(got[kind], got[kind],',
         (UCJ + "test_the_ddp_judge_names_the_first_parameter_step_and_rank_that_differ",
          "tests/world/test_scenario_ddp.py::test_a_planted_bug_is_named_by_parameter_and_step")),
     Bug("ddp judge counts the expected tensors from the run", "rpc_harness/scenarios/ddp/judge.py",
@@ -237,6 +238,29 @@ BUGS = (
     Bug("the collective verdict names the step twice for a fault at the step itself", "rpc_harness/scenarios/_verdicts.py",
         'if during and not where.startswith(f"{step} #"):', "if during:",
         (UCO + "test_collective_a_kill_inside_a_collective_is_named_with_the_step_it_struck_in",)),
+    # Issue 40 item 7: ddp and fsdp on CUDA, what the CPU can check.
+    Bug("a collective scenario's CUDA run is held to the CPU's element-wise bound", "rpc_harness/scenarios/_collective.py",
+        '    if not str(device).startswith("cuda"):\n        return compare_within(',
+        "    if True:\n        return compare_within(",
+        (UCD + "test_on_cuda_a_tensor_is_held_as_a_whole_and_a_step_by_its_change",
+         UCD + "test_the_ddp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_wrong_update",
+         UCD + "test_the_fsdp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_wrong_adamw_step")),
+    Bug("a collective scenario's CUDA run compares parameters, not each step's change of them",
+        "rpc_harness/scenarios/_collective.py",
+        "    if start is not None:\n        actual, expected", "    if False:\n        actual, expected",
+        (UCD + "test_on_cuda_a_tensor_is_held_as_a_whole_and_a_step_by_its_change",
+         UCD + "test_the_ddp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_wrong_update",
+         UCD + "test_the_fsdp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_wrong_adamw_step")),
+    Bug("the ddp judge ignores the records' device", "rpc_harness/scenarios/ddp/judge.py",
+        'return str(first.get("device", "cpu"))', 'return "cpu"',
+        (UCD + "test_the_ddp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_wrong_update",)),
+    Bug("the fsdp judge ignores the records' device", "rpc_harness/scenarios/fsdp/judge.py",
+        'device = str(actual[min(actual, key=lambda name: actual[name]["rank"])].get("device", "cpu"))',
+        'device = "cpu"',
+        (UCD + "test_the_fsdp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_wrong_adamw_step",)),
+    Bug("the ddp scenario asks for NCCL, which needs a GPU a rank", "rpc_harness/scenarios/ddp/__init__.py",
+        'world={"process_group": "gloo", "rpc": False},', 'world={"process_group": "nccl", "rpc": False},',
+        (UCD + "test_a_cuda_run_is_a_gloo_world_with_every_rank_on_the_one_gpu",)),
     # -- issue 24: the guards around the capabilities, one bug for each --------------------------
     Bug("1 spawn keeps the program's own env:// rendezvous", "rpc_harness/_lifecycle.py",
         "self.ctx, self.init_method if init_method == DEFAULT_INIT_METHOD else init_method, timeout,",
