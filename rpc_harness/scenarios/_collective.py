@@ -37,6 +37,13 @@ versions), so a step's check is the rounding of that step alone, not of
 the steps before it; the chain of steps is checked link by link, and the
 first parameters against the seeded initial ones bit for bit.
 
+On CUDA (``--device cuda``: every rank's model on its GPU, gloo between
+them, N ranks sharing one GPU where there is one) the run is held to the
+GPU tolerances of ``_device.py`` instead, as the other scenarios' GPU runs
+are: each tensor as a whole, and for parameters and optimizer state each
+step's change as a whole (:func:`compare_run`). The initial parameters,
+built on the CPU from the seed, are still compared bit for bit.
+
 What the bound leaves out: a ReLU whose input lies within rounding of zero
 takes the other branch in one run (one term of a sum moves; see
 ``_device.py``). At these sizes (a few hundred pre-activations a step,
@@ -52,6 +59,9 @@ from typing import Any
 import torch
 
 from rpc_harness.gradcheck import Mismatch, max_differences
+from rpc_harness.gradcheck import compare as compare_tensors
+
+from ._device import tolerances
 
 # float32's unit roundoff.
 U32 = 2.0**-24
@@ -135,6 +145,50 @@ def compare_within(actual: Mapping[str, torch.Tensor], expected: Mapping[str, to
                 mismatches.append(Mismatch(scenario, step, where, name, max_abs, max_rel,
                                            float(allowed.flatten()[at]), rtol, seed, what))
     return worst_diff, worst_ratio, mismatches
+
+
+def compare_run(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor],
+                bounds: Mapping[str, torch.Tensor], *, device: str, start: Mapping[str, torch.Tensor] | None = None,
+                scenario: str, step: Any, rank: str, seed: int, what: str, atol: float = 0.0, rtol: float = 0.0,
+                owner: Callable[[torch.Tensor], str] | None = None) -> tuple[float, float, list[Mismatch]]:
+    """One step's tensors of a run on ``device`` against the CPU baseline.
+    On the CPU: :func:`compare_within`, element by element within the
+    derived bound. On CUDA, as the other scenarios' GPU runs are compared
+    (``_device.py`` says why: a GPU's kernels break a ReLU's near-ties the
+    other way, which no element-wise rounding bound holds): each tensor as
+    a whole, within ``_device.tolerances``. ``start``, for what a step
+    updates (parameters, optimizer state): the tensors the step began
+    from, which the baseline began from too; then the step's change is
+    compared, not the tensors: a wrong update (an optimizer stepping twice
+    as far) is a few hundredths of a parameter's norm but all of its
+    update's, and a tolerance relative to the whole tensor would pass it.
+    Returns what :func:`compare_within` does; the ratio, on CUDA, is a
+    tensor's norm difference over its bound."""
+    if not str(device).startswith("cuda"):
+        return compare_within(actual, expected, bounds, scenario=scenario, step=step, rank=rank, seed=seed,
+                              what=what, atol=atol, rtol=rtol, owner=owner)
+    tolerance = tolerances(rtol, atol, device)
+    if start is not None:
+        actual, expected = _changes(actual, start), _changes(expected, start)
+        what = f"{what} update"
+    worst_diff, mismatches = compare_tensors(actual, expected, scenario=scenario, step=step, rank=rank, seed=seed,
+                                             what=what, **tolerance)
+    worst_ratio = 0.0
+    for name in set(actual) & set(expected):
+        a, e = actual[name].detach().double(), expected[name].detach().double()
+        if a.shape == e.shape and a.numel():
+            allowed = tolerance["rtol"] * float(e.norm()) + tolerance["atol"] * a.numel() ** 0.5
+            diff = float((a - e).norm())
+            worst_ratio = max(worst_ratio, diff / allowed if allowed else (0.0 if diff == 0 else float("inf")))
+    return worst_diff, worst_ratio, mismatches
+
+
+def _changes(tensors: Mapping[str, torch.Tensor], start: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each tensor less what it was at the step's start (zero where it did
+    not exist yet: an optimizer's state at its first step)."""
+    return {name: t.detach().double() - (start[name].detach().double()
+                                         if name in start and start[name].shape == t.shape else 0.0)
+            for name, t in tensors.items()}
 
 
 def shard_owner(bad: torch.Tensor, world_size: int) -> str:

@@ -6,7 +6,10 @@ rank), so the contract is about how the world ends, not about training on:
 the rank the plan killed is the one that died, the fault fired, no survivor
 hangs (each raises from its collective or is stopped by the harness, before
 the deadline), and the verdict names the victim and says the kill was
-planned. A planned ``raise`` is reported from the rank that raised: the
+planned, where it struck (``c10d.all_reduce #2``: the rank's second
+all-reduce, when the plan aims at a collective) and, for a fault inside a
+collective, in which training step (the scenario's step failpoint's hit
+count, which a rank a fault is aimed at records before it dies). A planned ``raise`` is reported from the rank that raised: the
 verdict names it and its step (and the rank that reported it, when its
 error reached the world through an RPC that called it), and the peers
 that failed after it are named as following it, not as causes.
@@ -46,8 +49,11 @@ def ending(rank: Any) -> list[Any]:
     return [fired for fired in rank.fired_faults() if fired.kind in ("kill", "raise")]
 
 
-def collective_contract(world: WorldResult) -> Verdict:
-    """The contract of a collective world under its plan (module docstring)."""
+def collective_contract(world: WorldResult, step: str | None = None) -> Verdict:
+    """The contract of a collective world under its plan (module docstring).
+    ``step``: the scenario's failpoint at the top of each training step;
+    where the fault struck elsewhere (inside a collective), the note says
+    in which step, by that failpoint's hit count in the rank."""
     kills, raises = planned(world, "kill"), planned(world, "raise")
     if world.timed_out:
         return Verdict(False, f"the world hung until its deadline of {world.deadline:g}s\n"
@@ -79,6 +85,11 @@ def collective_contract(world: WorldResult) -> Verdict:
     told = reporter(world, first) if first.status != KILLED else first
     after = [r for r in world.ranks if r is not first and r is not told and r.status == RAISED]
     note = f"{first.name} {how} at {where}"
+    details = {"origin": first.name, "origin_status": first.status}
+    during = first.hits.get(step) if step is not None else None
+    if during and not where.startswith(f"{step} #"):
+        details["during"] = f"{step} #{during}"
+        note += f", during {step} #{during}"
     if told is not None and told is not first:
         note += f" (reported by {told.name}, which called it)"
     if after:
@@ -87,4 +98,4 @@ def collective_contract(world: WorldResult) -> Verdict:
     stopped = [r.name for r in world.ranks if r.status == STOPPED]
     if stopped:
         note += f"; {', '.join(stopped)} stopped by the harness"
-    return Verdict(True, note, {"origin": first.name, "origin_status": first.status})
+    return Verdict(True, note, details)

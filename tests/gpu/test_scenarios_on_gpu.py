@@ -37,3 +37,13 @@ def _fault_checks():
 def test_the_scenarios_fault_checks_hold_on_the_gpu(name, plan):
     report = run_scenario(name, seed=2, faults=plan, devices="cuda")
     check_report(report)
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp"])
+def test_a_collective_scenario_shares_the_gpus_over_gloo(name):
+    # Three ranks: on a machine with fewer GPUs they share them (NCCL could not).
+    report = run_scenario(name, world_size=3, seed=2, devices="cuda")
+    check_report(report)
+    assert report.details["tolerance"]["device"].startswith("cuda")
+    assert report.grads_checked == report.grads_expected > 0
+    assert all(rank.value["device"].startswith("cuda") for rank in report.world.ranks)

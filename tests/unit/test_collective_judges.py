@@ -96,6 +96,10 @@ def test_the_ddp_judge_counts_a_missing_tensor_or_step_as_not_compared():
                                   config, 1)
     assert result.checked == result.expected - 4
     assert any("parameter tensors the baseline has (never compared)" in m.param for m in result.mismatches)
+    short["worker0"]["steps"].pop()  # the first rank, whose steps say where each began, short too
+    result = ddp.SCENARIO.compare(short, ddp.SCENARIO.baseline(config, 2, 1, perfect_ddp_run(config, 2, 1)),
+                                  config, 1)
+    assert result.checked == result.expected - 8
 
 
 def test_the_ddp_judge_holds_the_initial_parameters_bit_for_bit():
@@ -157,7 +161,7 @@ def test_the_ddp_judge_reports_each_kinds_largest_difference_and_its_ratio_to_th
     assert result.details["worst_grad_ratio"] == pytest.approx(0.75, rel=1e-6)
     assert result.details["worst_param_ratio"] == pytest.approx(0.5, rel=1e-6)
     assert result.details["tolerance"] == {"bound": "derived (rpc_harness/scenarios/_collective.py)",
-                                           "rtol": 0.0, "atol": 0.0}
+                                           "rtol": 0.0, "atol": 0.0, "device": "cpu"}
 
 
 def test_the_ddp_judge_names_a_parameter_after_a_step_against_its_bound_and_adds_the_configs_slack():

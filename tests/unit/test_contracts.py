@@ -5,7 +5,7 @@ contracts holding; these show that each clause can fail.)"""
 from __future__ import annotations
 
 import rpc_harness
-from rpc_harness.events import FaultFired
+from rpc_harness.events import HITS, FaultFired
 from rpc_harness.result import KILLED, OK, RAISED
 from rpc_harness.scenarios import parameter_server as ps
 from rpc_harness.scenarios import rl, rnn
@@ -169,6 +169,22 @@ def test_collective_a_planned_kill_that_ended_the_world_meets_the_contract_namin
     assert verdict.ok and verdict.details["origin"] == "worker1"
     assert verdict.note.startswith("worker1 killed as planned at ddp.step #3; after it, worker0 raised RuntimeError")
     assert verdict.note.endswith("worker2 stopped by the harness")
+
+
+def test_collective_a_kill_inside_a_collective_is_named_with_the_step_it_struck_in():
+    kill = "kill:worker1@c10d.all_reduce#2"
+    events = [{"kind": HITS, "hits": {"ddp.step": 2, "c10d.all_reduce": 2}},
+              fired(1, kill, "kill", "c10d.all_reduce", 2)]
+    ranks = [outcome(0, "worker0", STOPPED), outcome(1, "worker1", KILLED, events=events)]
+    made = world(("worker0", "worker1"), ranks, faults=kill)
+    verdict = _verdicts.collective_contract(made, step="ddp.step")
+    assert verdict.ok and verdict.details["during"] == "ddp.step #2"
+    assert verdict.note.startswith("worker1 killed as planned at c10d.all_reduce #2, during ddp.step #2")
+    # At the step's own failpoint the step is already named, once.
+    made = killed_world()
+    made.ranks[1].events.insert(0, {"kind": HITS, "hits": {"ddp.step": 3}})
+    at_step = _verdicts.collective_contract(made, step="ddp.step")
+    assert at_step.note.startswith("worker1 killed as planned at ddp.step #3;") and "during" not in at_step.details
 
 
 def test_collective_a_survivor_that_hung_or_died_breaks_the_contract():

@@ -93,7 +93,8 @@ def test_a_faithful_sharded_run_passes_and_every_tensor_is_counted_from_the_base
     assert result.details["others_checked"] == result.details["others_expected"] == CONFIG.steps * 3 * PARAMS
     assert result.max_diff == 0.0 and result.details["max_param_diff"] == result.details["max_state_diff"] == 0.0
     assert result.details["tolerance"] == {"bound": "derived (rpc_harness/scenarios/_collective.py, "
-                                                    "fsdp/baseline.py)", "rtol": 0.0, "atol": 0.0}
+                                                    "fsdp/baseline.py)", "rtol": 0.0, "atol": 0.0,
+                                         "device": "cpu"}
 
 
 def test_differences_within_their_bounds_pass_and_are_reported_per_kind():

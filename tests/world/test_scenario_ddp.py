@@ -1,11 +1,13 @@
 """The DDP tutorial scenario: real worlds, every rank's gradients and
 parameters at every step against one process on the global batch, DDP's
 options, planted bugs named by parameter and step, and the fault contracts
-(a slow rank changes nothing; a killed or raising rank is named)."""
+(a slow rank changes nothing; a killed or raising rank is named), at the
+scenario's step and inside the all-reduce DDP's reducer issues from C++."""
 
 from __future__ import annotations
 
 import pytest
+from collective_reports import ranks_inside
 
 from rpc_harness import GradientMismatch
 from rpc_harness.scenarios import ddp
@@ -73,6 +75,31 @@ def test_a_slow_rank_changes_no_gradient():
     fired = report.world.fired_faults()
     assert [(f.rank, f.point, f.hit) for f in fired] == [(1, "ddp.step", hit) for hit in (1, 2, 3)]
     assert report.grads_checked == 2 * 3 * N_PARAMS and not report.mismatches
+
+
+def test_a_rank_slow_in_the_reducers_all_reduce_changes_no_gradient():
+    # DDP's reducer issues it from C++ inside backward(), once a step (one bucket).
+    report = ddp.run(ddp.Config(steps=3), world_size=2, seed=6, faults="delay:worker1@c10d.all_reduce=0.05s")
+    ddp.check(report)
+    fired = report.world.fired_faults()
+    assert [(f.rank, f.point, f.hit) for f in fired] == [(1, "c10d.all_reduce", hit) for hit in (1, 2, 3)]
+    assert report.grads_checked == 2 * 3 * N_PARAMS and not report.mismatches
+    assert report.details["params_checked"] == 2 * 3 * N_PARAMS
+
+
+def test_a_rank_killed_inside_the_reducers_all_reduce_ends_the_world_naming_it_the_collective_and_the_step():
+    report = ddp.run(CI, world_size=3, seed=7, faults="kill:worker1@c10d.all_reduce#2")
+    ddp.check(report)  # the contract: the kill was planned, and the world ended as it should
+    world = report.world
+    assert not world.timed_out and world["worker1"].status == "killed"
+    assert [(f.kind, f.point, f.hit) for f in world["worker1"].fired_faults()] == [("kill", "c10d.all_reduce", 2)]
+    assert report.contract_note.startswith("worker1 killed as planned at c10d.all_reduce #2, during ddp.step #2")
+    assert (report.details["origin"], report.details["during"]) == ("worker1", "ddp.step #2")
+    # No survivor hung or finished: each raised from its all-reduce or was stopped.
+    assert {world[name].status for name in ("worker0", "worker2")} <= {"raised", "stopped"}
+    # The world's report places the victim inside that all-reduce: entered, never completed.
+    assert 1 in ranks_inside(world.collectives, "all_reduce"), world.collectives
+    assert "rank 1 (worker1): killed by SIGKILL as the fault plan asked" in world.report()
 
 
 def test_a_killed_rank_ends_the_world_named_and_nobody_hangs():

@@ -1,11 +1,14 @@
 """The FSDP2 scenario: a small transformer under fully_shard, its gathered
 gradients, AdamW state and parameters at every step against one process on
 the global batch; fully_shard's options; planted bugs named by parameter,
-step and the rank whose shard holds them; the fault contracts."""
+step and the rank whose shard holds them; the fault contracts, at the
+scenario's step and inside the all-gathers and reduce-scatters FSDP2
+issues."""
 
 from __future__ import annotations
 
 import pytest
+from collective_reports import ranks_inside
 
 from rpc_harness import GradientMismatch
 from rpc_harness.scenarios import fsdp
@@ -71,3 +74,48 @@ def test_a_killed_rank_ends_the_world_named_and_nobody_hangs():
     assert not world.timed_out and world["worker2"].status == "killed"
     assert report.contract_note.startswith("worker2 killed as planned at fsdp.step #2")
     assert {world[name].status for name in ("worker0", "worker1")} <= {"raised", "stopped"}
+
+
+def test_a_rank_slow_in_fsdps_all_gathers_and_reduce_scatters_changes_nothing():
+    plan = "delay:worker1@c10d.all_gather_into_tensor=0.01s,delay:worker1@c10d.reduce_scatter_tensor=0.02s"
+    report = fsdp.run(SHORT, world_size=2, seed=6, faults=plan)
+    fsdp.check(report)
+    hits = {}
+    for f in report.world.fired_faults():
+        assert f.rank == 1
+        hits.setdefault(f.point, []).append(f.hit)
+    # fully_shard on each block and on the root: one reduce-scatter of each
+    # unit's gradients a step, and at least one all-gather of its parameters.
+    units = SHORT.layers + 1
+    assert hits["c10d.reduce_scatter_tensor"] == list(range(1, SHORT.steps * units + 1))
+    gathers = hits["c10d.all_gather_into_tensor"]
+    assert gathers == list(range(1, len(gathers) + 1)) and len(gathers) >= SHORT.steps * units
+    assert report.grads_checked == 2 * tensors(SHORT) and not report.mismatches
+    assert report.details["others_checked"] == report.details["others_expected"] == 3 * 2 * tensors(SHORT)
+
+
+def test_a_rank_killed_inside_a_reduce_scatter_ends_the_world_naming_it_the_collective_and_the_step():
+    # The first reduce-scatter of the second step's backward.
+    kill = f"kill:worker1@c10d.reduce_scatter_tensor#{SHORT.layers + 2}"
+    report = fsdp.run(SHORT, world_size=2, seed=7, faults=kill)
+    fsdp.check(report)
+    world = report.world
+    assert not world.timed_out and world["worker1"].status == "killed"
+    assert report.contract_note.startswith(
+        f"worker1 killed as planned at c10d.reduce_scatter_tensor #{SHORT.layers + 2}, during fsdp.step #2")
+    assert (report.details["origin"], report.details["during"]) == ("worker1", "fsdp.step #2")
+    assert world["worker0"].status in ("raised", "stopped")
+    assert 1 in ranks_inside(world.collectives, "reduce_scatter_tensor"), world.collectives
+    assert "rank 1 (worker1): killed by SIGKILL as the fault plan asked" in world.report()
+
+
+def test_a_raise_in_one_ranks_step_is_reported_from_that_rank():
+    report = fsdp.run(SHORT, world_size=3, seed=8, faults="raise:worker1@fsdp.step#2")
+    fsdp.check(report)
+    world = report.world
+    assert world["worker1"].status == "raised" and "InjectedFault" in world["worker1"].error
+    assert report.details["origin"] == "worker1"
+    assert report.contract_note.startswith("worker1 raised as planned at fsdp.step #2")
+    for name in ("worker0", "worker2"):  # its peers follow it, never as the origin
+        assert world[name].status in ("raised", "stopped")
+        assert f"{name} raised as planned" not in report.contract_note

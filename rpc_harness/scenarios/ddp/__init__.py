@@ -25,7 +25,11 @@ initial parameters bit for bit.
 
 Fault contract (``rpc_harness/scenarios/_verdicts.py``): a slow rank
 changes nothing; a killed rank ends the world, named, with no survivor
-hung; a rank that raises is reported as the origin.
+hung; a rank that raises is reported as the origin. At ``ddp.step`` as
+inside the all-reduce DDP's reducer issues from C++ (``c10d.all_reduce``,
+one a step with the default bucket size), where the verdict names the
+collective and the step: ``worker1 killed as planned at c10d.all_reduce
+#2, during ddp.step #2``.
 
 The package, split by concern: ``config`` (names, failpoints, knobs,
 planted bugs), ``model`` (the tutorial's model and loss, the data),

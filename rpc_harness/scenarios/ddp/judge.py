@@ -13,7 +13,8 @@ from rpc_harness.gradcheck import compare as compare_exactly
 from rpc_harness.result import OK
 from rpc_harness.scenario import Comparison, Outcome, Verdict
 
-from .._collective import compare_within
+from .._collective import compare_run
+from .._device import tolerances
 from .._verdicts import collective_contract
 from .config import NAME, Config
 from .model import build_model, held_out_batch, loss_fn
@@ -31,7 +32,7 @@ def records(world: WorldResult) -> Records | None:
 
 def contract(world: WorldResult, records: Records | None, config: Config) -> Verdict:
     """See rpc_harness/scenarios/_verdicts.py."""
-    return collective_contract(world)
+    return collective_contract(world, step="ddp.step")
 
 
 def replay_points(records: Records) -> list[dict[str, torch.Tensor]]:
@@ -41,10 +42,20 @@ def replay_points(records: Records) -> list[dict[str, torch.Tensor]]:
     return [first["init"], *(step["params"] for step in first["steps"][:-1])]
 
 
+def device_of(records: Records) -> str:
+    """The device the run trained on (every rank on its own of one kind):
+    the first rank's, as its record says; the CPU for records without one."""
+    first = records[min(records, key=lambda name: records[name]["rank"])]
+    return str(first.get("device", "cpu"))
+
+
 def compare(actual: Records, expected: dict[str, Any], config: Config, seed: int) -> Comparison:
     """Step by step, rank by rank: the gradients and the parameters after
-    the step within their bounds; the initial parameters bit for bit."""
+    the step within their bounds (on CUDA, the GPU tolerances:
+    ``_collective.compare_run``); the initial parameters bit for bit."""
     result = Comparison()
+    device = device_of(actual)
+    starts = replay_points(actual)  # what the baseline began each step from
     worst = {"grads": 0.0, "params": 0.0}
     ratio = {"grads": 0.0, "params": 0.0}
     counts = {"params": 0, "params_expected": 0}
@@ -58,9 +69,11 @@ def compare(actual: Records, expected: dict[str, Any], config: Config, seed: int
             steps = actual[name]["steps"]
             got = steps[index] if index < len(steps) else {"grads": {}, "params": {}}
             for kind, what in (("grads", "gradient"), ("params", "parameter")):
-                diff, over, bad = compare_within(got[kind], base[kind], base[kind[:-1] + "_bounds"], scenario=NAME,
-                                                 step=index, rank=name, seed=seed, what=what,
-                                                 atol=config.atol, rtol=config.rtol)
+                diff, over, bad = compare_run(got[kind], base[kind], base[kind[:-1] + "_bounds"], device=device,
+                                              start=starts[index] if kind == "params" and index < len(starts) else None,
+                                              scenario=NAME,
+                                              step=index, rank=name, seed=seed, what=what,
+                                              atol=config.atol, rtol=config.rtol)
                 worst[kind], ratio[kind] = max(worst[kind], diff), max(ratio[kind], over)
                 result.mismatches += bad
                 present = len(set(got[kind]) & set(base[kind]))
@@ -87,9 +100,17 @@ def compare(actual: Records, expected: dict[str, Any], config: Config, seed: int
     result.details = {"max_param_diff": worst["params"], "worst_grad_ratio": ratio["grads"],
                       "worst_param_ratio": ratio["params"], "params_checked": counts["params"],
                       "params_expected": counts["params_expected"],
-                      "tolerance": {"bound": "derived (rpc_harness/scenarios/_collective.py)",
-                                    "rtol": config.rtol, "atol": config.atol}}
+                      "tolerance": {**_tolerance(config, device), "device": device}}
     return result
+
+
+def _tolerance(config: Config, device: str) -> dict[str, Any]:
+    """How the run was held to the baseline, for the report."""
+    if device.startswith("cuda"):
+        return {**tolerances(config.rtol, config.atol, device),
+                "bound": "GPU: each tensor, and each step's parameter update, as a whole "
+                         "(rpc_harness/scenarios/_device.py)"}
+    return {"bound": "derived (rpc_harness/scenarios/_collective.py)", "rtol": config.rtol, "atol": config.atol}
 
 
 def outcome(actual: Records, expected: dict[str, Any], config: Config) -> Outcome:

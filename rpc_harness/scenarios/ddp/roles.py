@@ -1,4 +1,7 @@
-"""The rank entry: the DDP tutorial's training loop, recorded step by step."""
+"""The rank entry: the DDP tutorial's training loop, recorded step by step,
+on the rank's device (``--device cuda``: the model on the rank's GPU, its
+shard of each batch moved there, gloo all-reducing CUDA tensors; the
+records copied to the CPU)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import rpc_harness
 
 from .._collective import gradients, parameters, process_group
+from .._device import here, prepare
 from .._threads import threads
 from .config import Config
 from .model import build_model, global_batch, loss_fn, rank_rows
@@ -30,15 +34,20 @@ def entry(ctx: Any, config: Config) -> dict[str, Any]:
 def train(ctx: Any, config: Config) -> dict[str, Any]:
     rank, size = dist.get_rank(), dist.get_world_size()
     last = rank == size - 1
-    model = build_model(config, ctx.world_seed)
-    ddp_model = DDP(model, bucket_cap_mb=config.bucket_cap_mb,
+    device = here()
+    prepare(device)
+    model = build_model(config, ctx.world_seed).to(device)
+    # device_ids: the one device of a single-device module on a GPU, None on the CPU (DDP's rule).
+    ddp_model = DDP(model, device_ids=[device] if device.type == "cuda" else None,
+                    bucket_cap_mb=config.bucket_cap_mb,
                     gradient_as_bucket_view=config.gradient_as_bucket_view,
                     static_graph=config.static_graph, find_unused_parameters=config.find_unused_parameters)
     if config.plant == "skip_bucket":
         ddp_model.register_comm_hook(None, _skip_last_bucket)
     lr = config.lr * (2 if config.plant == "rank_lr" and last else 1)
     optimizer = optim.SGD(ddp_model.parameters(), lr=lr)
-    record: dict[str, Any] = {"rank": rank, "seed": ctx.world_seed, "init": parameters(model), "steps": []}
+    record: dict[str, Any] = {"rank": rank, "seed": ctx.world_seed, "device": str(device),
+                              "init": parameters(model), "steps": []}
     ctx.progress(0, config.steps, "steps")
     for step in range(config.steps):
         ctx.failpoint("ddp.step")
@@ -51,7 +60,7 @@ def train(ctx: Any, config: Config) -> dict[str, Any]:
                 # One sample late; the one past the end wraps to the first.
                 rows = (torch.arange(rows.start, rows.stop) + 1) % x.shape[0]
             # The mean over all micro-batches: each one's mean, divided by their number.
-            loss = loss_fn(ddp_model(x[rows]), y[rows]) / config.accumulate
+            loss = loss_fn(ddp_model(x[rows].to(device)), y[rows].to(device)) / config.accumulate
             if config.plant == "loss_scale":
                 loss = loss / size
             if micro < config.accumulate - 1:

@@ -20,7 +20,10 @@ global batch, and every tensor is compared within its derived bound
 (``rpc_harness/scenarios/_collective.py`` for gradients,
 ``fsdp/baseline.py`` for AdamW); a mismatch names the rank whose shard
 holds the first bad element. Mixed precision has its own tolerance
-(``fsdp/judge.py``). Fault contract: ``rpc_harness/scenarios/_verdicts.py``.
+(``fsdp/judge.py``). Fault contract: ``rpc_harness/scenarios/_verdicts.py``,
+at ``fsdp.step`` as inside FSDP2's collectives (``c10d.all_gather_into_tensor``
+for parameters, ``c10d.reduce_scatter_tensor`` for gradients, one reduce-scatter
+a fully_shard unit a step), where the verdict names the collective and the step.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from rpc_harness.gradcheck import compare as compare_tensors
 from rpc_harness.result import OK
 from rpc_harness.scenario import Comparison, Outcome, Verdict
 
-from .._collective import compare_within, shard_owner
+from .._collective import compare_run, shard_owner
+from .._device import tolerances
 from .._verdicts import collective_contract
 from .config import NAME, Config
 from .model import build_model, held_out_batch, loss_fn
@@ -50,7 +51,7 @@ def records(world: WorldResult) -> Records | None:
 
 def contract(world: WorldResult, records: Records | None, config: Config) -> Verdict:
     """See rpc_harness/scenarios/_verdicts.py."""
-    return collective_contract(world)
+    return collective_contract(world, step="fsdp.step")
 
 
 def whole(records: Records) -> dict[str, Any]:
@@ -87,6 +88,8 @@ def compare(actual: Records, expected: dict[str, Any], config: Config, seed: int
     result = Comparison()
     first = whole(actual)
     world_size = len(actual)
+    device = str(actual[min(actual, key=lambda name: actual[name]["rank"])].get("device", "cpu"))
+    starts = replay_points(actual)  # what the baseline began each step from
     worst = {kind: 0.0 for kind, _ in KINDS}
     ratio = {kind: 0.0 for kind, _ in KINDS}
     counts = {"compared": 0, "expected": 0}
@@ -97,12 +100,14 @@ def compare(actual: Records, expected: dict[str, Any], config: Config, seed: int
         got = first["steps"][index] if index < len(first["steps"]) else {kind: {} for kind, _ in KINDS}
         for kind, what in KINDS:
             if config.mixed_precision and kind == "grads":
+                rtol = max(MIXED_RTOL, tolerances(config.rtol, config.atol, device)["rtol"])
                 diff, bad = compare_tensors(got[kind], base[kind], scenario=NAME, step=index, rank="all ranks",
-                                            seed=seed, what=what, rtol=MIXED_RTOL, atol=config.atol, norm=True)
+                                            seed=seed, what=what, rtol=rtol, atol=config.atol, norm=True)
                 over = 0.0
             else:
-                diff, over, bad = compare_within(
-                    got[kind], base[kind], base[BOUNDS[kind]],
+                diff, over, bad = compare_run(
+                    got[kind], base[kind], base[BOUNDS[kind]], device=device,
+                    start=starts[index][kind] if kind != "grads" and index < len(starts) else None,
                     scenario=NAME, step=index, rank="all ranks", seed=seed, what=what, atol=config.atol,
                     rtol=config.rtol, owner=lambda mask: shard_owner(mask, world_size))
             worst[kind], ratio[kind] = max(worst[kind], diff), max(ratio[kind], over)
@@ -130,11 +135,20 @@ def compare(actual: Records, expected: dict[str, Any], config: Config, seed: int
         "worst_grad_ratio": ratio["grads"], "worst_param_ratio": ratio["params"],
         "worst_state_ratio": ratio["state"], "others_checked": counts["compared"],
         "others_expected": counts["expected"],
-        "tolerance": {"bound": "derived (rpc_harness/scenarios/_collective.py, fsdp/baseline.py)",
-                      "rtol": config.rtol, "atol": config.atol,
+        "tolerance": {**_tolerance(config, device), "device": device,
                       **({"gradients": f"as a whole, rtol={MIXED_RTOL:g} (mixed precision)"}
                          if config.mixed_precision else {})}}
     return result
+
+
+def _tolerance(config: Config, device: str) -> dict[str, Any]:
+    """How the run was held to the baseline, for the report."""
+    if device.startswith("cuda"):
+        return {**tolerances(config.rtol, config.atol, device),
+                "bound": "GPU: each tensor, and each step's change of the parameters and AdamW state, as a whole "
+                         "(rpc_harness/scenarios/_device.py)"}
+    return {"bound": "derived (rpc_harness/scenarios/_collective.py, fsdp/baseline.py)", "rtol": config.rtol,
+            "atol": config.atol}
 
 
 def outcome(actual: Records, expected: dict[str, Any], config: Config) -> Outcome:

@@ -1,5 +1,7 @@
 """The rank entry: the transformer under fully_shard, trained with AdamW,
-its shards recorded step by step."""
+its shards recorded step by step, on the rank's device (``--device cuda``:
+a device mesh of that kind over the world's gloo group, so fully_shard
+moves the shards to the rank's GPU; the records copied to the CPU)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import rpc_harness
 
 from .._collective import process_group
+from .._device import here, prepare
 from .._threads import threads
 from .config import Config
 from .model import build_model, global_batch, loss_fn, rank_rows
@@ -28,13 +32,20 @@ def entry(ctx: Any, config: Config) -> dict[str, Any]:
         return train(ctx, config)
 
 
-def shard(model: torch.nn.Module, config: Config) -> None:
+def mesh_on(device: torch.device) -> DeviceMesh:
+    """The world's ranks as one mesh of ``device``'s kind. Named, not left to
+    fully_shard: its default mesh is of the machine's accelerator's kind,
+    which on a machine with a GPU would move a CPU world's shards onto it."""
+    return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
+def shard(model: torch.nn.Module, config: Config, mesh: DeviceMesh) -> None:
     """fully_shard on every block, then on the root (the tutorial's way)."""
     policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if config.mixed_precision else MixedPrecisionPolicy())
     for block in model.blocks:
-        fully_shard(block, reshard_after_forward=config.reshard(), mp_policy=policy)
-    fully_shard(model, reshard_after_forward=config.reshard(), mp_policy=policy)
+        fully_shard(block, mesh=mesh, reshard_after_forward=config.reshard(), mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=config.reshard(), mp_policy=policy)
 
 
 def local(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -51,11 +62,14 @@ def train(ctx: Any, config: Config) -> dict[str, Any]:
     model = build_model(config, ctx.world_seed)
     init = {name: p.detach().clone() for name, p in model.named_parameters()}
     model.checkpointing = config.activation_checkpointing
-    shard(model, config)
+    device = here()
+    prepare(device)
+    shard(model, config, mesh_on(device))
     lr = config.lr * (2 if config.plant == "rank_lr" and last else 1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=config.weight_decay)
     named = dict(model.named_parameters())
-    record: dict[str, Any] = {"rank": rank, "seed": ctx.world_seed, "init": init, "steps": []}
+    record: dict[str, Any] = {"rank": rank, "seed": ctx.world_seed, "device": str(device), "init": init,
+                              "steps": []}
     ctx.progress(0, config.steps, "steps")
     for step in range(config.steps):
         ctx.failpoint("fsdp.step")
@@ -64,7 +78,7 @@ def train(ctx: Any, config: Config) -> dict[str, Any]:
         if config.plant == "shifted_shard" and last:
             rows = (torch.arange(rows.start, rows.stop) + 1) % x.shape[0]  # one sequence late, wrapping
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x[rows]), y[rows])
+        loss = loss_fn(model(x[rows].to(device)), y[rows].to(device))
         if config.plant == "loss_scale":
             loss = loss / size
         loss.backward()
