@@ -187,6 +187,7 @@ class PackageScenario:
         outcome: Callable[..., Outcome] | None = None,
         needs: Sequence[str] = (),
         world: Mapping[str, Any] | None = None,
+        cpu_only: bool = False,
     ) -> None:
         self.name: str = config.NAME
         self.summary = summary
@@ -196,6 +197,9 @@ class PackageScenario:
         # The world options its worlds take unless the caller gives them:
         # a collective scenario's process group, and whether it needs RPC.
         self.world: dict[str, Any] = dict(world or {})
+        # Whether its models stay on the CPU whatever ``devices`` says:
+        # such a scenario refuses the option rather than ignore it.
+        self.cpu_only = cpu_only
         self.min_world_size: int = config.MIN_WORLD_SIZE
         self.default_world_size: int = config.DEFAULT_WORLD_SIZE
         self.failpoints: tuple[str, ...] = config.FAILPOINTS
@@ -354,6 +358,20 @@ def check_rpc_option(scenario: Scenario, rpc: object, *, where: str) -> None:
     if rpc is False and needs_rpc(scenario):
         raise WorldSpecError(f"{where}: the {scenario.name} scenario's ranks talk by RPC, so its worlds need the RPC "
                              "agent; leave the option out (RPC is the default)")
+
+
+def runs_on_devices(scenario: Scenario) -> bool:
+    """Whether the scenario puts its models where ``devices`` says: every
+    scenario does unless it is ``cpu_only``."""
+    return not getattr(scenario, "cpu_only", False)
+
+
+def check_devices_option(scenario: Scenario, devices: object, *, where: str) -> None:
+    """Refuse ``devices`` (from ``where``) for a scenario that trains on the
+    CPU only: ignored, its report would say a GPU run when none was."""
+    if devices and not runs_on_devices(scenario):
+        raise WorldSpecError(f"{where}: the {scenario.name} scenario trains on the CPU only (nothing of it is "
+                             "placed on a device); leave the option out")
 
 
 def make_config(scenario: Scenario, config: Any = None, *, where: str = "") -> Any:
@@ -564,6 +582,7 @@ def run_scenario(
     own = {name: value for name, value in getattr(sc, "world", {}).items() if name not in options}
     checked = WorldOptions.from_values({**own, **options}, where=sc.name)
     check_rpc_option(sc, checked.rpc, where=f"{sc.name}: rpc=False")
+    check_devices_option(sc, checked.devices, where=f"{sc.name}: devices")
     # The token carries what was given (failpoints: only the caller's own).
     carried = {name: value for name, value in checked.given()
                if DECLARED[name].token and name != "seed" and name not in own}

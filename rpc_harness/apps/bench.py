@@ -48,7 +48,7 @@ from typing import Any
 
 from rpc_harness import run_world, strict_json
 from rpc_harness.context import RankContext, activate, failpoint
-from rpc_harness.scenario import Scenario, make_config, run_scenario
+from rpc_harness.scenario import Scenario, make_config, run_scenario, runs_on_devices
 
 ROUND_TRIP_BYTES = 1 << 20  # the tensor of the device round trip: 1 MB of float32
 
@@ -736,7 +736,8 @@ def run_bench(
     if devices:
         print(f"rpc-harness bench --device {','.join(devices)} ({os.cpu_count()} cores): against the CPU", flush=True)
         figures = {"cores": os.cpu_count(), "quick": quick,
-                   "device": device_figures(devices, scenarios, repeat or (3 if quick else 10),
+                   "device": device_figures(devices, [sc for sc in scenarios if runs_on_devices(sc)],
+                                            repeat or (3 if quick else 10),
                                             calls=50 if quick else 200)}
         return _finish(figures, json_path)
     sizes = list(QUICK_SIZES if quick else SIZES)

@@ -318,6 +318,11 @@ def plan_jobs(args: argparse.Namespace, seed: int) -> list[Job]:
     jobs = []
     for sc in scenarios_named(args.scenarios):
         registry.check_rpc_option(sc, getattr(args, "rpc", None), where="--rpc no")
+        if args.device and not registry.runs_on_devices(sc):
+            if "all" not in args.scenarios and sc.name in args.scenarios:
+                registry.check_devices_option(sc, args.device, where="--device")
+            print(f"  {sc.name}: left out under --device (it trains on the CPU only)", flush=True)
+            continue
         overrides = registry.parse_overrides(sc, args.set, args.steps)
         config = registry.make_config(sc, overrides)
         for size in args.world_size or [sc.default_world_size]:

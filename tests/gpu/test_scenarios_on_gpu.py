@@ -13,12 +13,15 @@ from __future__ import annotations
 import pytest
 
 from rpc_harness import check_report, run_scenario
-from rpc_harness.scenario import available, load
+from rpc_harness.scenario import available, load, runs_on_devices
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.mark.parametrize("name", available())
+ON_DEVICES = [name for name in available() if runs_on_devices(load(name))]  # ddp_rpc: the CPU only, and refuses
+
+
+@pytest.mark.parametrize("name", ON_DEVICES)
 def test_the_scenario_on_the_gpu_equals_its_cpu_baseline(name):
     report = run_scenario(name, seed=2, devices="cuda")
     check_report(report)
@@ -27,7 +30,7 @@ def test_the_scenario_on_the_gpu_equals_its_cpu_baseline(name):
 
 
 def _fault_checks():
-    for name in available():
+    for name in ON_DEVICES:
         sc = load(name)
         for label, plan in sc.fault_checks(sc.default_world_size, sc.config_type()).items():
             yield pytest.param(name, plan, id=f"{name}-{label}")

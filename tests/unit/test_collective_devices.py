@@ -15,7 +15,7 @@ import torch
 from rpc_harness import run_scenario
 from rpc_harness._devices import rank_device
 from rpc_harness.apps import cli
-from rpc_harness.errors import Unsupported
+from rpc_harness.errors import Unsupported, WorldSpecError
 from rpc_harness.gradcheck import close
 from rpc_harness.scenarios import _collective, _device, ddp, fsdp
 
@@ -26,6 +26,26 @@ ON_CUDA = _device.tolerances(0.0, 0.0, "cuda:0")
 
 
 # -- refused before any process, or given the world it asks for --------------------------------
+
+
+def test_a_cpu_only_scenario_refuses_a_device_rather_than_run_on_the_cpu_under_its_name(monkeypatch, capsys):
+    # ddp_rpc places nothing on a device: run with devices='cuda', its report
+    # would say a GPU run that never was.
+    monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr("rpc_harness._launcher.run_world", lambda *a, **k: pytest.fail("a world started"))
+    with pytest.raises(WorldSpecError, match=r"^ddp_rpc: devices: the ddp_rpc scenario trains on the CPU only"):
+        run_scenario("ddp_rpc", seed=4, devices="cuda")
+    monkeypatch.setattr(cli, "run_job", lambda *a, **k: pytest.fail("a world started"))
+    assert cli.main(["run", "ddp_rpc", "--device", "cuda"]) == 2
+    assert "--device: the ddp_rpc scenario trains on the CPU only" in capsys.readouterr().err
+    # Every scenario under --device: the CPU-only one is left out, and says so.
+    planned = []
+    monkeypatch.setattr(cli, "run_job", lambda job, **k: planned.append(job.scenario.name) or pytest.skip("planned"))
+    with pytest.raises(pytest.skip.Exception):
+        cli.main(["run", "--device", "cuda", "--no-fault-checks"])
+    assert "ddp_rpc: left out under --device (it trains on the CPU only)" in capsys.readouterr().out
+    assert planned and "ddp_rpc" not in planned
 
 
 @pytest.mark.parametrize("name", COLLECTIVE)

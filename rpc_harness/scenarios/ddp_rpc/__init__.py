@@ -96,6 +96,7 @@ SCENARIO = PackageScenario(
     summary="DDP + RPC: trainers' DDP Linear over a RemoteModule embedding on a parameter server",
     metric_name="loss",
     world={"process_group": "gloo"},
+    cpu_only=True,  # its RemoteModule, DistributedOptimizer and DDP module are not placed on a device
 )
 
 run = functools.partial(run_scenario, SCENARIO)
