@@ -114,3 +114,34 @@ def collector_worker(rank, world_size):
         rpc.rpc_sync("collector", note, args=(rank,))
     rpc.shutdown()
     return list(_log) if rank == 0 else None
+
+
+# -- the lost update as an entry of run(...), for reused worlds ---------------------------------
+#
+# The same race, written as an entry the harness runs in every rank after
+# joining its world (``run_world``, ``rpc_world_module.run``), so that it can
+# run again and again in one live world: the bank asks each client to deposit
+# (each client's handler calls the bank's ``deposit``) and checks the balance
+# once every deposit has been answered. It starts from a balance of its own
+# each time, and leaves nothing behind for the next entry.
+
+BANK_NAMES = ("bank", "auditor", "client1", "client2")
+
+
+def ask_to_deposit(amount):
+    rpc.rpc_sync("bank", deposit, args=(amount,))
+
+
+def bank_entry(ctx):
+    """Every rank's entry (names ``BANK_NAMES``, or more clients): the bank
+    drives, the others serve."""
+    if ctx.name != "bank":
+        return None
+    balance["value"] = 0  # nothing else touches it until the bank asks for deposits
+    clients = [name for name in ctx.names if name.startswith("client")]
+    futures = [rpc.rpc_async(client, ask_to_deposit, args=(AMOUNT,)) for client in clients]
+    for future in futures:
+        future.wait()
+    expected = len(clients) * (AMOUNT - FEE)
+    assert balance["value"] == expected, f"lost update: balance {balance['value']}, expected {expected}"
+    return balance["value"]
