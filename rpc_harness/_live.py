@@ -12,11 +12,20 @@ that shape gets a fresh world, and its result says why (``WorldResult.reuse``).
 
 Per entry: its seed (every RNG seeded again), its fault plan (failpoint
 faults, armed for it alone, hit counts from zero), its deadline (counted
-from its start). Per world (its shape): the names, the environment,
-``rpc_timeout``, ``devices``, ``isolate``, ``setup`` (run once, as the world
-comes up). Refused, because they are the agent's (built at ``init_rpc``) or
-the whole world's: message faults, fuzzing, controlled schedules, and
-programs that call ``init_rpc`` themselves (``spawn``): see :func:`refusal`.
+from its start), its schedule. Under a controlled schedule the entry has a
+scheduler of its own: every rank's gate opens as its entry starts (its
+first step is the entry's, its clock at 0, as a fresh world's once it has
+joined: bring-up and teardown are no steps of either), and the schedule
+ends when every entry has returned, as a fresh world's does at its
+shutdown; the rules are checked after that. Every rank of a live world
+has a pipe to a scheduler for this, read by one entry's schedule at a
+time: before the check, each rank's gate is heard out (``Released``), so
+nothing of one schedule reaches the next. Per world (its shape): the
+names, the environment, ``rpc_timeout``, ``devices``, ``isolate``,
+``setup`` (run once, as the world comes up). Refused, because they are
+the agent's (built at ``init_rpc``) or the whole world's: message faults,
+fuzzing, and programs that call ``init_rpc`` themselves (``spawn``): see
+:func:`refusal`.
 
 Nothing of a live world is named on disk but its private temp folder, so
 parallel sessions (``pytest -n auto``: one process per worker) each keep

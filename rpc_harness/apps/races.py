@@ -145,3 +145,29 @@ def bank_entry(ctx):
     expected = len(clients) * (AMOUNT - FEE)
     assert balance["value"] == expected, f"lost update: balance {balance['value']}, expected {expected}"
     return balance["value"]
+
+
+# -- messages to one rank, as an entry of run(...) ------------------------------------------------
+#
+# The collector asks every sender for its message (each sender's handler
+# sends it to the collector's ``note``) and returns the log, in whatever
+# order the messages came; it clears the log for the next entry.
+
+COLLECTOR_NAMES = ("collector", "sender1", "sender2", "sender3")
+
+
+def send_note(sender):
+    rpc.rpc_sync("collector", note, args=(sender,))
+
+
+def collector_entry(ctx):
+    """Every rank's entry (names ``COLLECTOR_NAMES``, or more senders): the collector drives."""
+    if ctx.name != "collector":
+        return None
+    _log.clear()
+    futures = [rpc.rpc_async(name, send_note, args=(rank,)) for rank, name in enumerate(ctx.names) if rank]
+    for future in futures:
+        future.wait()
+    order = list(_log)
+    _log.clear()
+    return order
