@@ -86,6 +86,21 @@ def start(conn: Any, rank: int) -> Gate:
     return _gate
 
 
+def close(timeout: float = 5.0) -> bool:
+    """Forget this rank's gate, once control was given up and its reader
+    has ended (a reused world's rank, between entries: the next entry's
+    gate reads the same pipe). Whether it has (no gate: True)."""
+    global _gate
+    gate = _gate
+    if gate is None:
+        return True
+    gate.reader.join(timeout)
+    if gate.reader.is_alive():
+        return False
+    _gate = None
+    return True
+
+
 class Gate:
     """The rank's end of the scheduler's pipe, shared by its tasks."""
 
@@ -105,14 +120,15 @@ class Gate:
         self._cond_waiters: dict[int, list[str]] = {}
         self._threads: dict[str, int] = {}  # task -> the ident of the thread that runs it
         self._timed: dict[str, _Timed] = {}  # calls whose timeout is the schedule's, until they end
-        threading.Thread(target=self._read, name="rpc-harness-gate", daemon=True).start()
+        self.reader = threading.Thread(target=self._read, name="rpc-harness-gate", daemon=True)
+        self.reader.start()
 
     # -- the pipe -----------------------------------------------------------------------
     def send(self, message: msg.ToScheduler) -> None:
-        if self.released:
-            return
         try:
             with self._send_lock:
+                if self.released:  # (looked at under the lock: nothing follows the Released said)
+                    return
                 self.conn.send(message)
         except (OSError, EOFError, ValueError):  # the supervisor is gone: run free
             self.release()
@@ -140,11 +156,17 @@ class Gate:
                     self.send(self.look(task))
                 case msg.Release():
                     self.release()
+                    try:
+                        with self._send_lock:
+                            self.conn.send(msg.Released())
+                    except (OSError, EOFError, ValueError):
+                        pass
                     return
 
     def release(self) -> None:
         """No more control: every waiting task goes on, every point passes."""
-        self.released = True
+        with self._send_lock:
+            self.released = True
         with self._lock:
             events = list(self._goes.values())
             timed = list(self._timed.values())

@@ -12,11 +12,20 @@ that shape gets a fresh world, and its result says why (``WorldResult.reuse``).
 
 Per entry: its seed (every RNG seeded again), its fault plan (failpoint
 faults, armed for it alone, hit counts from zero), its deadline (counted
-from its start). Per world (its shape): the names, the environment,
-``rpc_timeout``, ``devices``, ``isolate``, ``setup`` (run once, as the world
-comes up). Refused, because they are the agent's (built at ``init_rpc``) or
-the whole world's: message faults, fuzzing, controlled schedules, and
-programs that call ``init_rpc`` themselves (``spawn``): see :func:`refusal`.
+from its start), its schedule. Under a controlled schedule the entry has a
+scheduler of its own: every rank's gate opens as its entry starts (its
+first step is the entry's, its clock at 0, as a fresh world's once it has
+joined: bring-up and teardown are no steps of either), and the schedule
+ends when every entry has returned, as a fresh world's does at its
+shutdown; the rules are checked after that. Every rank of a live world
+has a pipe to a scheduler for this, read by one entry's schedule at a
+time: before the check, each rank's gate is heard out (``Released``), so
+nothing of one schedule reaches the next. Per world (its shape): the
+names, the environment, ``rpc_timeout``, ``devices``, ``isolate``,
+``setup`` (run once, as the world comes up). Refused, because they are
+the agent's (built at ``init_rpc``) or the whole world's: message faults,
+fuzzing, and programs that call ``init_rpc`` themselves (``spawn``): see
+:func:`refusal`.
 
 Nothing of a live world is named on disk but its private temp folder, so
 parallel sessions (``pytest -n auto``: one process per worker) each keep
@@ -41,6 +50,7 @@ from . import result as R
 from ._boot import rank_file
 from ._clean import RULES
 from ._launcher import cuda_report, forkserver_context, rank_starter, running, world_namespace
+from ._schedule_link import ScheduleLink
 from ._supervisor import Supervisor
 from .context import events_written, read_event_lines
 from .errors import WorldSpecError
@@ -60,9 +70,6 @@ def refusal(spec: WorldSpec) -> tuple[str, str] | None:
     sentence; None: it can."""
     if spec.spawned:
         return "", "a program that calls init_rpc and rpc.shutdown itself (spawn) needs a world of its own"
-    if spec.options.schedule_spec.controlled:
-        return "schedule", (f"a controlled schedule ({spec.options.schedule}) orders every step of a whole world, "
-                            "from its bring-up on")
     if spec.options.fuzz:
         return "fuzz", "schedule fuzzing delays the agent's own sends, which are set up once, at init_rpc"
     messages = [str(fault) for fault in spec.options.faults if not fault.traits.at_failpoint]
@@ -76,7 +83,7 @@ def shape_of(spec: WorldSpec) -> tuple[Any, ...]:
     """What two entries must share to run in one live world: the names and
     every option but those each entry has for itself."""
     options = dataclasses.replace(spec.options, seed=None, deadline=DEFAULT_DEADLINE, faults=FaultPlan(),
-                                  failpoints=None, expect=None, bringup=None)
+                                  failpoints=None, expect=None, bringup=None, schedule="free")
     return spec.names, options
 
 
@@ -106,7 +113,8 @@ class LiveSupervisor(Supervisor):
             self.tell(Progress(None, "world", note=WORLD_ENDED))
 
     def _run_entry(self, spec: WorldSpec) -> str:
-        self._tell_all(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults, spec.options.deadline))
+        self._tell_all(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults, spec.options.deadline,
+                                    controlled=self.link is not None))
 
         def done() -> bool:  # every rank not lost is through its entry
             return all(self.outcomes[r].phase == "done" for r in self.running - self.frozen)
@@ -114,6 +122,8 @@ class LiveSupervisor(Supervisor):
         finished = self.watch_until(done, self.joined_at + spec.options.deadline,  # type: ignore[operator]
                                     on_timeout=lambda: self.budget_ran_out("deadline"))
         self.ended = time.monotonic()
+        if finished and self.link is not None:
+            finished = self._end_schedule()
         if not finished:
             return "failed"
         gone = [self.outcomes[r] for r in range(len(self.outcomes)) if r not in self.running or r in self.frozen]
@@ -130,6 +140,31 @@ class LiveSupervisor(Supervisor):
             return "dirty" if dirt else "failed"
         return ""
 
+    def _end_schedule(self) -> bool:
+        """Every entry returned: the controlled schedule ends, as a fresh
+        world's does at its shutdown (handlers still waiting run free), and
+        each rank's gate is heard out (its Released), so that nothing of
+        this schedule's reaches the next entry's. False: a rank failed or
+        did not answer meanwhile (the world is over)."""
+        link = self.link
+        assert link is not None
+        link.end_entry()
+        return self.watch_until(lambda: self.running - self.frozen <= link.released,
+                                time.monotonic() + CHECK_BUDGET, on_timeout=self._gate_timed_out)
+
+    def _gate_timed_out(self) -> None:
+        assert self.link is not None
+        silent = sorted(self.running - self.frozen - self.link.released)
+        self.dump_stacks(silent)
+        self.problems.append(f"{', '.join(self.outcomes[r].label for r in silent)} did not let go of the entry's "
+                             f"controlled schedule within {CHECK_BUDGET:g}s of its end (their stacks follow)")
+        self.kill_all()
+
+    def _check_schedule(self) -> None:
+        if self.link is not None and self.link.muted:
+            return  # the schedule is over: the rest of the entry's time (its check) is not its
+        super()._check_schedule()
+
     def _tell_all(self, message: Any) -> None:
         for rank in sorted(self.running):
             try:
@@ -144,6 +179,15 @@ class LiveSupervisor(Supervisor):
         self.outcomes = [RankOutcome(rank, name, phase="entry") for rank, name in enumerate(self.names)]
         self.pickled_values, self.problems, self.checked = {}, [], {}
         self.timed_out, self.budget = False, "deadline"
+        # A controlled entry's schedule: a scheduler of its own (its first
+        # step the entry's start, its clock at 0), over the world's pipes.
+        schedule = spec.options.schedule_spec
+        self.schedule_label = schedule.label
+        self.link = None
+        if schedule.controlled:
+            self.link = ScheduleLink(schedule, spec.seed, len(self.names), time.time)
+            for conn in self.schedule_conns:
+                self.link.add(conn)
         for rank in range(len(self.outcomes)):
             self.events_read[rank] = events_written(rank_file(self.workdir, rank, "events"))
             self.log_read[rank] = _size(rank_file(self.workdir, rank, "log"))
@@ -265,8 +309,9 @@ class LiveWorld:
         _OPEN.add(self)
         self._netns, isolation = world_namespace(spec.options.isolate)
         world = dataclasses.replace(spec, options=dataclasses.replace(spec.options, faults=FaultPlan(),
-                                                                      failpoints=None))
-        self._supervisor = LiveSupervisor(world, self._workdir, rank_starter(forkserver_context()),
+                                                                      failpoints=None, schedule="free"))
+        # Every rank gets a pipe to a scheduler: any entry may ask for a controlled schedule.
+        self._supervisor = LiveSupervisor(world, self._workdir, rank_starter(forkserver_context(), controlled=True),
                                           netns=self._netns, isolation=isolation)
         up = self._supervisor.bring_up()
         _cuda_fork.warn_about_culprits(cuda_report())

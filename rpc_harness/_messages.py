@@ -104,14 +104,18 @@ ToSupervisor = Joined | ProgressReported | EntryDone | Value | ShutdownDone | Fr
 @dataclass(frozen=True)
 class RunEntry:
     """A reused world (``rpc_harness._live``): run this entry now, with its
-    own seed, fault plan and deadline, then say :class:`EntryDone` (or
-    :class:`Failed`) and wait for the next word."""
+    own seed, fault plan, deadline and schedule, then say :class:`EntryDone`
+    (or :class:`Failed`) and wait for the next word. Under a controlled
+    ``schedule`` the rank's gate opens for the entry alone: its tasks wait
+    for their turns from the entry's start until the scheduler's
+    :class:`Release`."""
 
     entry: object  # an EntryRef
     payload: bytes  # the pickled (args, kwargs)
     seed: int
     faults: object  # a FaultPlan
     deadline: float
+    controlled: bool = False  # under a controlled schedule (the supervisor holds the schedule itself)
 
 
 @dataclass(frozen=True)
@@ -256,8 +260,16 @@ class ProgramThread:
     alive: bool
 
 
+@dataclass(frozen=True)
+class Released:
+    """The rank's gate heard :class:`Release`: the last thing it says. A
+    reused world's supervisor reads up to it before the next entry's
+    schedule uses the same pipe, so that nothing of this schedule's is
+    heard by the next one's scheduler."""
+
+
 ToScheduler = (Begin | At | Block | End | Issued | Completed | Following | Followed | Due | Resolved | Notified
-               | Unscheduled | ProgramThread)
+               | Unscheduled | ProgramThread | Released)
 
 
 @dataclass(frozen=True)

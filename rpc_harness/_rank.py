@@ -130,7 +130,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
     _rpc_hooks.start(ctx, events)
     c10d_hooks.open_history(rank_file(boot.workdir, boot.rank, HISTORY), boot.rank)
     c10d_hooks.start(ctx)
-    if schedule is not None:  # a controlled schedule: this rank's tasks wait for their turn
+    if schedule is not None and not boot.live:  # a controlled schedule: this rank's tasks wait for their turn
         ctx.schedule_point = _gate.start(schedule, boot.rank).point
     try:
         if fork_error is not None:
@@ -150,7 +150,7 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
         elif boot.live:  # a reused world: entries come one by one, each with a context of its own
             life.join()
             life.reused = True
-            return _serve_entries(conn, boot, ctx, events, send)
+            return _serve_entries(conn, boot, ctx, events, send, schedule)
         else:
             life.join()
             value = program(ctx, *args, **kwargs)
@@ -193,10 +193,11 @@ def _run(conn: Connection, boot: Boot, events: EventLog, schedule: Connection | 
 
 
 def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: EventLog,
-                   send: Callable[[msg.ToSupervisor], None]) -> int:
+                   send: Callable[[msg.ToSupervisor], None], schedule: Connection | None) -> int:
     """A reused world's rank, joined: run each entry the supervisor sends
-    (``msg.RunEntry``) and check, when asked, that it left nothing behind
-    (``_clean``). Ends when the supervisor does (it kills a world it ends)."""
+    (``msg.RunEntry``; under a controlled schedule through ``schedule``, its
+    pipe to the scheduler) and check, when asked, that it left nothing
+    behind (``_clean``). Ends when the supervisor does (it kills a world it ends)."""
     label = f"rank {boot.rank} ({world.name})"
     before = _clean.threads_now()
     groups = c10d_clean.groups_now()
@@ -208,8 +209,11 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
         match word:
             case msg.RunEntry():
                 before, groups = _clean.threads_now(), c10d_clean.groups_now()
-                _run_entry(word, boot, world, events, send)
+                _run_entry(word, boot, world, events, send, schedule)
             case msg.Check(thorough):
+                # The entry's gate: control given up (the supervisor heard
+                # its Released before asking), its reader ended or ending.
+                _gate.close()
                 collective = None if world.group is None else (
                     os.path.join(boot.workdir, "store"), boot.rank, world.world_size, groups)
                 send(msg.Checked(_clean.check(label, before, thorough=thorough, collective=collective)))
@@ -218,10 +222,12 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
 
 
 def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: EventLog,
-               send: Callable[[msg.ToSupervisor], None]) -> None:
+               send: Callable[[msg.ToSupervisor], None], schedule: Connection | None) -> None:
     """One entry of a reused world, in a context of its own: its seed (RNGs
     seeded again), its fault plan (armed now, its hit counts from zero), its
-    deadline; ``world`` is the context the rank joined with."""
+    deadline, its schedule (under control, the entry's task begins at its
+    start, as a fresh world's does once it has joined: bring-up and
+    teardown are no steps of it); ``world`` is the context the rank joined with."""
     ctx = RankContext(rank=boot.rank, names=world.names, world_seed=order.seed, workdir=boot.workdir,
                       faults=order.faults, events=events, deadline=order.deadline)
     ctx.device, ctx.world_devices, ctx.progress_sink = world.device, world.world_devices, world.progress_sink
@@ -230,18 +236,31 @@ def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: Even
     seed_everything(ctx.seed)
     _rpc_hooks.start(ctx, events)
     c10d_hooks.start(ctx)
+    gate = None
+    if order.controlled:
+        if not _gate.close() or schedule is None:  # (the last entry's was closed at its check)
+            raise RuntimeError("a reused world's rank cannot open a controlled schedule's gate: the last entry's "
+                               "is still open, or the rank has no pipe to a scheduler")
+        gate = _gate.start(schedule, boot.rank)
+        ctx.schedule_point = gate.point
     patched = _arm_faults_without_code(order.faults, ctx)
     try:
         program = order.entry.load(where=f"rank {boot.rank}")
         args, kwargs = pickle.loads(order.payload)
         events.write("entry_start")
+        if gate is not None:  # the entry is a task from here on
+            gate.begin(ctx.name or str(ctx.rank), "main", "start")
         value = program(ctx, *args, **kwargs)
+        if gate is not None:
+            gate.end()
         c10d_hooks.flush()
         ctx.flush_progress()
         events.write("entry_done", maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         ctx.record_hits()
         pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException as error:  # noqa: BLE001 - every failure is reported, skips too
+        if gate is not None:
+            gate.end(failed=True)  # before the failure is reported: the schedule ends here
         c10d_hooks.flush()
         ctx.flush_progress()
         ctx.record_hits()

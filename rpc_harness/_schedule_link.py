@@ -73,14 +73,21 @@ class ScheduleLink:
         self.heard = clock()  # the last message, or the last time a rank thread could run
         self.clock = clock
         self.looks: _Looks | None = None
+        self.releases_sent: set[int] = set()  # ranks told Release (a gate hears it once)
+        self.released: set[int] = set()  # ranks whose gate said Released: nothing more comes from it
+        self.muted = False  # the schedule is over: nothing more is sent to the ranks
 
     def add(self, conn: object | None) -> None:
         self.conns.append(conn)
 
     def _send(self, rank: int, message: object) -> None:
         conn = self.conns[rank] if rank < len(self.conns) else None
-        if conn is None:
+        if conn is None or self.muted:
             return
+        if isinstance(message, msg.Release):
+            if rank in self.releases_sent:
+                return
+            self.releases_sent.add(rank)
         try:
             conn.send(message)  # type: ignore[attr-defined]
         except (OSError, ValueError):  # the rank is gone; its sentinel says how
@@ -97,6 +104,9 @@ class ScheduleLink:
                 message = conn.recv()  # type: ignore[attr-defined]
                 if isinstance(message, msg.Looked):  # an answer to the link's own look: no progress
                     self._looked(message)
+                    continue
+                if isinstance(message, msg.Released):  # its gate's last word, for end_entry
+                    self.released.add(rank)
                     continue
                 heard = True
                 self.scheduler.on_message(rank, message)
@@ -171,6 +181,17 @@ class ScheduleLink:
         if looks.first is None or looks.first[1].frames != looked.frames:
             looks.first = (now, looked)  # it moved: the window starts again here
         looks.last = (now, looked)
+
+    def end_entry(self) -> None:
+        """A reused world's entry is over: the schedule ends here (as at a
+        fresh world's shutdown), every rank not told yet is told Release,
+        and nothing more is sent: the pipes are the next entry's schedule's
+        once each rank's gate has said :class:`~rpc_harness._messages.Released`."""
+        self.scheduler.entries_done()
+        self.scheduler.halt()
+        for rank in range(len(self.conns)):
+            self._send(rank, msg.Release())
+        self.muted = True
 
     def close(self) -> None:
         for conn in self.conns:

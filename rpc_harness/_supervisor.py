@@ -73,6 +73,7 @@ class Supervisor:
         self.names = spec.names
         self.procs: list[Any] = []
         self.conns: list[Any] = []
+        self.schedule_conns: list[Any] = []  # each rank's pipe to the scheduler (None: the world has none)
         self.open_conns: set[int] = set()
         self.running: set[int] = set()
         self.shut: set[int] = set()  # ranks that reported a finished shutdown
@@ -125,6 +126,7 @@ class Supervisor:
             proc, conn, schedule_conn = self.start_rank(boot)
             self.procs.append(proc)
             self.conns.append(conn)
+            self.schedule_conns.append(schedule_conn)
             if self.link is not None:
                 self.link.add(schedule_conn)
             self.open_conns.add(outcome.rank)
@@ -568,6 +570,9 @@ class Supervisor:
         self.open_conns.clear()
         if self.link is not None:
             self.link.close()
+        for conn in self.schedule_conns:  # (a reused world's, which outlive each entry's link)
+            if conn is not None:
+                conn.close()
 
     # -- report -------------------------------------------------------------------
     def collect(self, repro: str) -> WorldResult:

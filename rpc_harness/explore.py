@@ -24,6 +24,8 @@ scenarios).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -312,6 +314,7 @@ def explore(
     preemptions: int | None = None,
     seconds: float | None = None,
     check_every: int = DEFAULT_CHECK_EVERY,
+    reuse: bool = False,
     names: Sequence[str] | str | None = None,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
@@ -333,7 +336,14 @@ def explore(
     "exhausted" only when none cut the search. Every ``check_every``-th
     schedule is run twice and compared step by step: a program that is not
     deterministic under its schedule is reported, not explored further.
-    ``options`` are world options (faults, deadline, ...), as for
+    ``reuse=True`` runs each schedule as one entry of a live world (as
+    ``rpc_world_module.run`` does): brought up once, its ranks run entry
+    after entry, each checked clean after it (an entry that leaves state
+    fails, naming the rule it broke), and a schedule costs what an entry
+    costs. A schedule begins at the entry's start, as in a fresh world once
+    it has joined: the same schedule takes the same steps either way. A
+    world an entry failed or left dirty is ended, and the next schedule gets
+    a fresh one. ``options`` are world options (faults, deadline, ...), as for
     :func:`rpc_harness.run_world`. Nothing raises for a failing world: the
     :class:`Exploration` says what failed, how to read it and how to replay it.
     """
@@ -355,8 +365,26 @@ def explore(
                                 or not seconds > 0):
         raise WorldSpecError(f"explore(): invalid seconds {seconds!r}; use a number of seconds > 0, or None")
 
+    if not isinstance(reuse, bool):
+        raise WorldSpecError(f"explore(): invalid reuse {reuse!r}; use True or False")
+    if reuse and spawn:
+        raise WorldSpecError("explore(): reuse=True runs the schedules as entries of one live world; a program "
+                             "that calls init_rpc and rpc.shutdown itself (spawn=True) needs a world of its own")
+    pool = None
+    if reuse:
+        from ._live import WorldPool, refusal
+
+        refused = refusal(make_spec(entry, world_size, names=names, args=args, kwargs=kwargs, where="explore()",
+                                    **dict(options, seed=seed)))
+        if refused is not None:
+            raise WorldSpecError(f"explore(): {refused[1]}: it cannot run in a reused world; use reuse=False")
+        pool = WorldPool(limit=1)
+
     def run(world_seed: int, schedule: str) -> Attempt:
-        if spawn:
+        if pool is not None:
+            world = _run_entry(pool, make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
+                                               where="explore()", **dict(options, seed=world_seed, schedule=schedule)))
+        elif spawn:
             world = spawn_world(entry, args=args, nprocs=world_size or 1, kwargs=kwargs, names=names,
                                 seed=world_seed, schedule=schedule, check=False, **options)
         else:
@@ -364,13 +392,35 @@ def explore(
                               schedule=schedule, check=False, **options)
         return Attempt(world_seed, schedule, world, not world.ok, world_signature(world) if not world.ok else ())
 
-    found = explore_runs(run, seed=seed, schedules=schedules, strategy=strategy, shrink=shrink,
-                         shrink_runs=shrink_runs, preemptions=preemptions, seconds=seconds, check_every=check_every)
+    try:
+        found = explore_runs(run, seed=seed, schedules=schedules, strategy=strategy, shrink=shrink,
+                             shrink_runs=shrink_runs, preemptions=preemptions, seconds=seconds,
+                             check_every=check_every)
+    finally:
+        if pool is not None:
+            pool.close()
     best = found.shrunk or found.found
     if best is not None:
         spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
                          spawned=spawn, where="explore()", **dict(options, seed=best.seed,
                                                                     schedule=found.replay_schedule))
-        token = world_token(spec)
-        found.replay = ([token.command(deadline=spec.options.deadline)] if token else []) + [python_call(spec)]
+        token = world_token(spec, reused=reuse)  # replayed as it ran: in a reused world, its rules checked
+        call = python_call(spec)
+        if reuse and not call.startswith("("):
+            call += "  # in a fresh world, where no rule of a reused world is checked"
+        found.replay = ([token.command(deadline=spec.options.deadline)] if token else []) + [call]
     return found
+
+
+def _run_entry(pool: Any, spec: Any) -> WorldResult:
+    """One schedule as an entry of ``pool``'s live world; its replay line
+    takes its steps exactly, as a fresh world's does."""
+    from .repro import replaying
+
+    result = pool.run(dataclasses.replace(spec, repro=python_call(spec)), f"explore() schedule {next(_entries)}")
+    if result.schedule:
+        result.repro = python_call(replaying(spec, result.schedule))
+    return result
+
+
+_entries = itertools.count(1)  # labels of exploration entries, as later entries' reports name them

@@ -601,8 +601,9 @@ class ReusedRpcWorld(RpcWorld):
     """The ``rpc_world_module`` and ``rpc_world_session`` fixtures: ``run``
     as ``rpc_world``'s, each entry in the live world of its shape (size,
     names, options) that the module or session keeps, checked clean after
-    it (see ``rpc_harness._live``). Worlds these cannot run (a controlled
-    schedule, fuzzing, message faults, ``spawn``) are refused, by name."""
+    it (see ``rpc_harness._live``), a controlled schedule's too (from the
+    entry's start to its return). Worlds these cannot run (fuzzing, message
+    faults, ``spawn``) are refused, by name."""
 
     def __init__(self, request: pytest.FixtureRequest, pool: Any, scope: str) -> None:
         __tracebackhide__ = True

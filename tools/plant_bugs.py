@@ -50,6 +50,8 @@ WD = "tests/world/test_devices.py::"
 CL = "tests/world/test_control_lost.py::"
 UCL = "tests/unit/test_control_lost.py::"
 RW = "tests/world/test_reuse.py::"
+RS = "tests/world/test_reuse_schedule.py::"
+USC = "tests/unit/test_schedule_core.py::"
 CD = "tests/world/test_c10d_faults.py::"
 CR = "tests/world/test_c10d_reports.py::"
 CH = "tests/unit/test_c10d_history.py::"
@@ -1041,9 +1043,38 @@ BUGS = (
     Bug("a reused world's entry runs with the RNGs the last one left", "rpc_harness/_rank.py",
         "    seed_everything(ctx.seed)\n    _rpc_hooks.start(ctx, events)", "    _rpc_hooks.start(ctx, events)",
         (RW + "test_entries_of_one_shape_share_a_world_and_each_gets_its_own_seed",)),
-    Bug("reused worlds run what they cannot (schedules, fuzz, message faults, spawn)", "rpc_harness/pytest_plugin.py",
+    Bug("reused worlds run what they cannot (fuzz, message faults, spawn)", "rpc_harness/pytest_plugin.py",
         "        refused = refusal(spec)\n        if refused is None:", "        refused = None\n        if refused is None:",
         (RW + "test_worlds_a_reused_world_cannot_run_are_refused_by_name",)),
+    Bug("41 a reused world's entry under a controlled schedule runs free", "rpc_harness/_live.py",
+        "                                    controlled=self.link is not None))",
+        "                                    controlled=False))",
+        (RS + "test_the_same_schedule_takes_the_same_steps_fresh_and_in_a_reused_world",)),
+    Bug("41 a controlled entry's schedule is part of its live world's shape", "rpc_harness/_live.py",
+        "                                  failpoints=None, expect=None, bringup=None, schedule=\"free\")",
+        "                                  failpoints=None, expect=None, bringup=None)",
+        (RW + "test_controlled_entries_run_in_the_live_world_and_are_checked_clean_after_it",)),
+    Bug("41 a controlled entry of a reused world is not checked clean", "rpc_harness/_live.py",
+        "        dirt = self._check()\n", "        dirt = [] if self.link is not None else self._check()\n",
+        (RS + "test_an_explored_entry_that_leaves_state_fails_naming_the_rule_it_broke",
+         RW + "test_controlled_entries_run_in_the_live_world_and_are_checked_clean_after_it")),
+    Bug("41 an entry's schedule tells a rank Release twice (the next entry's gate hears the second)",
+        "rpc_harness/_schedule_link.py", "            if rank in self.releases_sent:\n                return\n", "",
+        (USC + "test_an_entrys_end_tells_every_rank_release_once_and_then_sends_nothing",
+         USC + "test_a_release_given_before_the_entrys_end_is_not_told_again")),
+    Bug("41 an entry's schedule sends on after its end (the next entry's gate hears it)",
+        "rpc_harness/_schedule_link.py", "            self._send(rank, msg.Release())\n        self.muted = True",
+        "            self._send(rank, msg.Release())",
+        (USC + "test_an_entrys_end_tells_every_rank_release_once_and_then_sends_nothing",)),
+    Bug("41 a gate speaks after its Released", "rpc_harness/_gate.py",
+        "                if self.released:  # (looked at under the lock", "                if False:  # (looked at under the lock",
+        ("tests/unit/test_gate.py::test_a_released_gate_says_released_last_and_closes_once_its_reader_ended",)),
+    Bug("41 explore(reuse=True) runs each schedule in a fresh world", "rpc_harness/explore.py",
+        "        if pool is not None:\n            world = _run_entry(", "        if False:\n            world = _run_entry(",
+        (RS + "test_a_race_explored_in_a_reused_world_replays_from_its_printed_lines",)),
+    Bug("41 the token of a schedule explored in a reused world replays it in a fresh one", "rpc_harness/explore.py",
+        "token = world_token(spec, reused=reuse)", "token = world_token(spec)",
+        (RS + "test_a_race_explored_in_a_reused_world_replays_from_its_printed_lines",)),
     Bug("a reused worlds' scope keeps every shape live", "rpc_harness/_live.py",
         "            while len(self._worlds) >= self.limit:", "            while False:",
         (RW + "test_a_scope_keeps_two_shapes_live_and_closes_the_least_recently_used",)),

@@ -22,7 +22,8 @@
   seeds, with PCT's measured rate against its bound;
 - exhaustive exploration (``explore(strategy="dpor")``): the schedules
   DPOR runs to exhaust a world against the naive search (cut at a cap),
-  and until it finds each race;
+  and until it finds each race; schedules per second in a reused 4-rank
+  world (``explore(reuse=True)``) against fresh ones;
 - with ``--device cuda`` (only that): a 4-rank world's bring-up with CUDA
   against the CPU, an ``rpc_sync`` round trip of a 1 MB tensor along the
   world's device maps against the same tensor on the CPU, and each
@@ -703,6 +704,37 @@ def exhaustive_search(cap: int) -> dict[str, Any]:
     return {"cap": cap, "rows": rows}
 
 
+def reused_schedules(count: int) -> dict[str, Any]:
+    """Schedules per second in a reused 4-rank world against fresh ones:
+    ``count`` schedules (the random walk, seeds 1 on) of the collector entry
+    (three messages to one rank, none of which fails), each as an entry of
+    one live world (``explore(reuse=True)``, its bring-up counted) and each
+    in a fresh world; and the lost update's entry, searched with DPOR in a
+    reused world until it fails."""
+    from rpc_harness import explore
+
+    from . import races
+
+    probe = run_world(races.collector_entry, 4, names=races.COLLECTOR_NAMES, seed=0, schedule="controlled",
+                      deadline=120)  # (the forkserver up first)
+    out: dict[str, Any] = {"schedules": count, "steps": len(probe.schedule)}
+    for way, reuse in (("reused", True), ("fresh", False)):
+        started = time.perf_counter()
+        found = explore(races.collector_entry, 4, names=races.COLLECTOR_NAMES, reuse=reuse, schedules=count,
+                        seed=1, deadline=120)
+        seconds = time.perf_counter() - started
+        out[way] = {"seconds": seconds, "per_s": len(found.attempts) / seconds, "failed": found.failed}
+    started = time.perf_counter()
+    found = explore(races.bank_entry, 4, names=races.BANK_NAMES, reuse=True, strategy="dpor", schedules=300,
+                    seed=1, shrink=False, deadline=120)
+    out["race"] = {"verdict": found.verdict(), "seconds": time.perf_counter() - started,
+                   "failed": found.found is not None and "lost update" in found.found.world["bank"].error}  # type: ignore[index,union-attr]
+    print(f"  schedules in a reused 4-rank world: {out['reused']['per_s']:.1f}/s, in fresh ones "
+          f"{out['fresh']['per_s']:.1f}/s ({count} schedules each); the lost update reused: "
+          f"{out['race']['verdict']} in {out['race']['seconds']:.1f}s", flush=True)
+    return out
+
+
 def _percent(fraction: float) -> str:
     """Two significant figures: PCT's bounds run from tenths of a percent to
     thousandths of one."""
@@ -772,6 +804,7 @@ def run_bench(
         figures["until_failure"] = schedules_until_failure(5 if quick else 20, 3 if quick else 5)
     if "exhaustive" in only:
         figures["exhaustive"] = exhaustive_search(30 if quick else 300)
+        figures["reused_schedules"] = reused_schedules(20 if quick else 100)
     if "scenarios" in only and not (quick and only == SECTIONS):
         figures["scenarios"] = scenario_rates(scenarios, per_call)
     return _finish(figures, json_path)
@@ -897,6 +930,18 @@ def table(figures: dict[str, Any]) -> str:
         for row in exhaustive["rows"]:
             naive = row.get("dfs", {}).get("verdict", "")
             lines.append(f"| {row['program']} | {row['dpor']['verdict']} | {naive} |")
+    reused = figures.get("reused_schedules")
+    if reused:
+        lines.append("")
+        # The "spawn way" column holds the fresh worlds' figure here, the ratio reused / fresh.
+        lines.append("| measurement | reused world | fresh worlds | ratio |")
+        lines.append("|---|---|---|---|")
+        lines.append(f"| schedules per second, 4-rank world (3 messages to one rank, {reused['schedules']} random-walk "
+                     f"schedules, {reused['steps']} steps each; explore(reuse=True), its bring-up counted) | "
+                     f"{reused['reused']['per_s']:.1f}/s | {reused['fresh']['per_s']:.1f}/s | "
+                     f"{reused['reused']['per_s'] / reused['fresh']['per_s']:.0f}x |")
+        lines.append(f"| lost update as an entry of run(...), DPOR in a reused 4-rank world | "
+                     f"{reused['race']['verdict']}, {reused['race']['seconds']:.1f} s | | |")
     device = figures.get("device")
     if device:
         # The "spawn way" column holds the CPU's figure here, the ratio device / CPU time.

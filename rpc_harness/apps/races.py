@@ -114,3 +114,60 @@ def collector_worker(rank, world_size):
         rpc.rpc_sync("collector", note, args=(rank,))
     rpc.shutdown()
     return list(_log) if rank == 0 else None
+
+
+# -- the lost update as an entry of run(...), for reused worlds ---------------------------------
+#
+# The same race, written as an entry the harness runs in every rank after
+# joining its world (``run_world``, ``rpc_world_module.run``), so that it can
+# run again and again in one live world: the bank asks each client to deposit
+# (each client's handler calls the bank's ``deposit``) and checks the balance
+# once every deposit has been answered. It starts from a balance of its own
+# each time, and leaves nothing behind for the next entry.
+
+BANK_NAMES = ("bank", "auditor", "client1", "client2")
+
+
+def ask_to_deposit(amount):
+    rpc.rpc_sync("bank", deposit, args=(amount,))
+
+
+def bank_entry(ctx):
+    """Every rank's entry (names ``BANK_NAMES``, or more clients): the bank
+    drives, the others serve."""
+    if ctx.name != "bank":
+        return None
+    balance["value"] = 0  # nothing else touches it until the bank asks for deposits
+    clients = [name for name in ctx.names if name.startswith("client")]
+    futures = [rpc.rpc_async(client, ask_to_deposit, args=(AMOUNT,)) for client in clients]
+    for future in futures:
+        future.wait()
+    expected = len(clients) * (AMOUNT - FEE)
+    assert balance["value"] == expected, f"lost update: balance {balance['value']}, expected {expected}"
+    return balance["value"]
+
+
+# -- messages to one rank, as an entry of run(...) ------------------------------------------------
+#
+# The collector asks every sender for its message (each sender's handler
+# sends it to the collector's ``note``) and returns the log, in whatever
+# order the messages came; it clears the log for the next entry.
+
+COLLECTOR_NAMES = ("collector", "sender1", "sender2", "sender3")
+
+
+def send_note(sender):
+    rpc.rpc_sync("collector", note, args=(sender,))
+
+
+def collector_entry(ctx):
+    """Every rank's entry (names ``COLLECTOR_NAMES``, or more senders): the collector drives."""
+    if ctx.name != "collector":
+        return None
+    _log.clear()
+    futures = [rpc.rpc_async(name, send_note, args=(rank,)) for rank, name in enumerate(ctx.names) if rank]
+    for future in futures:
+        future.wait()
+    order = list(_log)
+    _log.clear()
+    return order

@@ -146,3 +146,15 @@ def test_the_table_quotes_the_collective_worlds_against_torchs_multiprocesstestc
             "MultiProcessTestCase (median) | 0.120 s | 6.00 s | 50x |") in text
     assert "| the same test as an entry in a reused collective world (rpc_world_module) / under " in text
     assert "| 4.0 ms | 6.00 s | 1500x |" in text
+
+
+def test_the_table_quotes_schedules_per_second_reused_against_fresh():
+    figures = {"reused_schedules": {"schedules": 100, "steps": 22, "reused": {"per_s": 31.25, "seconds": 3.2},
+                                    "fresh": {"per_s": 6.25, "seconds": 16.0},
+                                    "race": {"verdict": "a schedule failed after 33 schedules of dpor search",
+                                             "seconds": 1.5, "failed": True}}}
+    text = bench.table(figures)
+    assert ("| schedules per second, 4-rank world (3 messages to one rank, 100 random-walk schedules, 22 steps "
+            "each; explore(reuse=True), its bring-up counted) | 31.2/s | 6.2/s | 5x |") in text
+    assert ("| lost update as an entry of run(...), DPOR in a reused 4-rank world | a schedule failed after 33 "
+            "schedules of dpor search, 1.5 s | | |") in text

@@ -136,3 +136,20 @@ def test_a_call_control_given_up_let_go_times_out_on_the_real_clock_from_when_it
     assert time.monotonic() - issued >= 0.3, "not before its timeout, on the real clock"
     with pytest.raises(RuntimeError, match="more than set timeout"):
         future.wait()
+
+
+def test_a_released_gate_says_released_last_and_closes_once_its_reader_ended(gate_and_scheduler):
+    # A reused world's next entry opens a gate of its own on the same pipe:
+    # nothing of this one may come after its Released, nor its reader stay.
+    gate, scheduler = gate_and_scheduler
+    scheduler.send(msg.Release())
+    assert scheduler.poll(30) and scheduler.recv() == msg.Released()
+    gate.send(msg.At("t", "later"))  # a task of the old entry, after its release: not heard
+    assert not scheduler.poll(0.2)
+    assert _gate.close(timeout=30) and _gate._gate is None and not gate.reader.is_alive()
+
+
+def test_a_gate_not_released_yet_is_not_closed(gate_and_scheduler):
+    gate, _ = gate_and_scheduler
+    assert not _gate.close(timeout=0.1)
+    assert _gate._gate is gate

@@ -568,3 +568,43 @@ def test_a_pipe_that_ended_counts_as_news_for_the_stall_watch(monkeypatch):
     assert link.stalled([]) is None
     now[0] += _schedule_link.STALL_SECONDS
     assert link.stalled([]) == "ranks [0, 1] have not started their entry"
+
+
+def test_an_entrys_end_tells_every_rank_release_once_and_then_sends_nothing():
+    # A reused world's next entry reads the same pipes: a second Release, or
+    # a Go sent after the first, would be heard by the next entry's gate.
+    now = [0.0]
+    zero, one = FakeConn(msg.Begin("a", "main", "start")), FakeConn(msg.Begin("b", "main", "start"))
+    link = link_of(zero, one, now=now)
+    link.drain(0)
+    link.drain(1)
+    chosen = next(m.task for m in zero.sent + one.sent if isinstance(m, msg.Go))
+    link.end_entry()
+    link.end_entry()
+    assert [m for m in zero.sent if isinstance(m, msg.Release)] == [msg.Release()]
+    assert [m for m in one.sent if isinstance(m, msg.Release)] == [msg.Release()]
+    assert link.scheduler.halted and link.muted
+    sent = len(zero.sent) + len(one.sent)
+    (zero if chosen == "a" else one).incoming.append(msg.At(chosen, "rpc.call:f"))
+    link.drain(0 if chosen == "a" else 1)
+    assert len(zero.sent) + len(one.sent) == sent, "nothing after the end"
+
+
+def test_a_release_given_before_the_entrys_end_is_not_told_again():
+    now = [0.0]
+    zero = FakeConn(msg.Begin("a", "main", "start"))
+    link = link_of(zero, now=now)
+    link.drain(0)
+    link.scheduler.release("lost control")
+    link.end_entry()
+    assert [m for m in zero.sent if isinstance(m, msg.Release)] == [msg.Release()]
+
+
+def test_a_gates_released_is_its_last_word_and_not_the_schedulers():
+    now = [0.0]
+    zero = FakeConn(msg.Begin("a", "main", "start"), msg.Released())
+    link = link_of(zero, now=now)
+    heard = []
+    link.scheduler.on_message = lambda rank, message: heard.append(message)  # type: ignore[method-assign]
+    link.drain(0)
+    assert link.released == {0} and heard == [msg.Begin("a", "main", "start")]

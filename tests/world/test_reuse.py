@@ -410,13 +410,54 @@ def test_b(rpc_world_module):
     assert pids_in(out, "test_a") == pids_in(out, "test_b")
 
 
+def test_controlled_entries_run_in_the_live_world_and_are_checked_clean_after_it(pytester):
+    # The schedule is the entry's own (no part of the world's shape): free and
+    # controlled entries share one live world, and an entry under control that
+    # leaves state fails naming the rule, as any entry does.
+    pytester.makepyfile(ENTRIES + """
+def served_twice(ctx):
+    if ctx.rank == 0:
+        rpc.rpc_sync(ctx.names[1], os.getpid)
+        rpc.rpc_sync(ctx.names[1], os.getpid)
+    return os.getpid()
+
+def test_free(rpc_world_module):
+    print("PIDS test_free", rpc_world_module.run(pid, world_size=2).values)
+
+def test_controlled(rpc_world_module):
+    result = rpc_world_module.run(served_twice, world_size=2, schedule="pct:2")
+    print("PIDS test_controlled", result.values)
+    assert result.controlled and "entry 2 of it" in result.reuse, result.reuse
+    served = [s for s in result.schedule if s.label.startswith("serving getpid")]
+    assert len({s.task for s in served}) == 2, [s.describe() for s in result.schedule]
+
+def test_dirty(rpc_world_module):
+    rpc_world_module.run(keeps_an_rref, world_size=2, schedule="controlled")
+
+def test_after(rpc_world_module):
+    result = rpc_world_module.run(served_twice, world_size=2, schedule="controlled")
+    print("PIDS test_after", result.values)
+    assert result.controlled
+""")
+    result = run(pytester, "-s", "-rP")
+    result.assert_outcomes(passed=3, failed=1)
+    out = result.stdout.str()
+    assert pids_in(out, "test_free") == pids_in(out, "test_controlled")
+    failure = failure_section(out, "test_dirty")
+    assert "rpc world failed: the entry left the reused world dirty" in failure, failure
+    assert re.search(r"rule rrefs .*: rank 1 \(worker1\) owns 1 RRef", failure), failure
+    assert "schedule=controlled" in failure and "ran in a reused world, entry 3 of it" in failure, failure
+    assert re.search(r"or: rpc-harness replay rpch1_\S+", failure), "a replay line that takes its steps"
+    assert not set(pids_in(out, "test_after")) & set(pids_in(out, "test_free"))
+    assert re.search(r"the one before ended: \S+::test_dirty left it dirty \(rule rrefs", out)
+
+
 def test_worlds_a_reused_world_cannot_run_are_refused_by_name(pytester):
     pytester.makepyfile(ENTRIES + """
 import pytest
 from rpc_harness.errors import WorldSpecError
 
-@pytest.mark.parametrize("how", [dict(schedule="controlled"), dict(fuzz=0.01),
-                                 dict(faults="msgdelay:worker0@PYTHON_CALL=0.01s")])
+@pytest.mark.parametrize("how", [dict(fuzz=0.01), dict(faults="msgdelay:worker0@PYTHON_CALL=0.01s")])
 def test_refused(rpc_world_session, how):
     with pytest.raises(WorldSpecError, match="cannot run in a reused world; use the rpc_world fixture"):
         rpc_world_session.run(pid, world_size=2, **how)
@@ -430,14 +471,14 @@ def test_shutdown_in_an_entry_fails_it(rpc_world_session):
     assert "must not call rpc.shutdown()" in result[0].error
 """)
     result = run(pytester)
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=4)
 
 
 @pytest.mark.parametrize(("args", "ini", "said"), [
     (["--rpc-fuzz=0.01"], "", r"schedule fuzzing .* \(set by --rpc-fuzz\): it cannot run in a reused world; use "
                               r"the rpc_world fixture for this test, or run it without --rpc-fuzz$"),
-    ([], "rpc_schedule = controlled", r"a controlled schedule \(controlled\) .* \(set by ini rpc_schedule\): it "
-                                      r"cannot run in a reused world; .*, or run it without ini rpc_schedule$"),
+    ([], "rpc_fuzz = 0.01", r"schedule fuzzing .* \(set by ini rpc_fuzz\): it cannot run in a reused world; "
+                            r".*, or run it without ini rpc_fuzz$"),
 ])
 def test_a_session_wide_option_a_reused_world_cannot_run_is_named_where_it_was_set(pytester, args, ini, said):
     # The refusal read as the test's own doing: nothing named --rpc-fuzz (outside-user trial).
