@@ -86,6 +86,9 @@ class Supervisor:
         self.collective = spec.options.process_group is not None
         self.ended_by = ""  # why a collective world was ended before its entries were done (see _end_collective)
         self.stopped_by_death: set[int] = set()  # ranks it stopped so
+        # Ranks stopped without being asked for their stacks: their collective
+        # histories may lack the completions of their last ops (see c10d.hooks.flush).
+        self.unwritten: set[int] = set()
         self.hearing: set[int] = set()  # ranks whose messages are being heard (see _dead_peer)
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
@@ -309,6 +312,7 @@ class Supervisor:
                 self.stopped_by_death.add(rank)
                 if planned:  # otherwise the world has failed: _stop_survivors stops them, keeping their stacks
                     _signal(self.procs[rank].pid, signal.SIGKILL)
+                    self.unwritten.add(rank)
 
     def _dead_peer(self, rank: int, skipped: bool) -> tuple[RankOutcome, str] | None:
         """A peer whose death ``rank``'s failure in a collective world came
@@ -479,6 +483,8 @@ class Supervisor:
         busy = [r for r in busy if not self.outcomes[r].failed]
         if any(o.failed for o in self.outcomes) or self.problems:
             self.dump_stacks(busy)
+        else:
+            self.unwritten.update(busy)
         self.kill_all()
 
     def _raised(self, rank: int) -> bool:
@@ -607,7 +613,7 @@ class Supervisor:
                 problems += _unfinished(self.outcomes)
         lost = any(o.status in (R.KILLED, R.DIED) for o in self.outcomes)
         # Where each rank was in its collectives explains a hang, a deadline or a lost rank.
-        collectives = where_ranks_are(self.workdir, len(self.outcomes)) if stopped_early or lost else []
+        collectives = where_ranks_are(self.workdir, len(self.outcomes), self.unwritten) if stopped_early or lost else []
         schedule, schedule_note, lost_at = [], "", None
         if self.link is not None:
             scheduler = self.link.scheduler

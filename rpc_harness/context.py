@@ -331,7 +331,15 @@ class RankContext:
         self._events.record(FaultFired(time.time(), self.rank, str(fault), fault.kind, fault.point, hit))
         if fault.kind != "delay":
             self.record_hits()  # this fault may end the rank (or its entry) here
+            for write in BEFORE_A_FAULT_ENDS:
+                write()
         FIRING[fault.kind](self, fault, hit)
+
+
+# What a layer writes down before a fault may end its rank: the collectives
+# layer (c10d.hooks) its ops' completions, so that a rank killed after its
+# last collective completed is not reported inside it.
+BEFORE_A_FAULT_ENDS: list[Callable[[], None]] = []
 
 
 # What each failpoint kind does in the rank where it fires (the rest of what

@@ -18,7 +18,7 @@ ops are numbered apart, per group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from .._boot import rank_file
@@ -56,6 +56,7 @@ class RankHistory:
     rank: int
     groups: dict[str, tuple[str, list[int] | None]] = field(default_factory=dict)
     ops: dict[tuple[str, bool, int], Entered] = field(default_factory=dict)
+    unwritten: bool = False  # stopped before it could write its last ops' completions (where_ranks_are)
 
     def last(self, group: str, *, p2p: bool = False) -> Entered | None:
         mine = [e for (g, p, _), e in self.ops.items() if g == group and p == p2p]
@@ -86,11 +87,19 @@ def read_history(workdir: str, rank: int) -> RankHistory:
     return history
 
 
-def where_ranks_are(workdir: str, world_size: int) -> list[str]:
+UNWRITTEN = "completion not written (stopped first)"
+
+
+def where_ranks_are(workdir: str, world_size: int, unwritten: Collection[int] = ()) -> list[str]:
     """Lines saying where each rank is in the collectives of each process
     group, and the first op whose ranks disagree on shapes or dtypes; none
-    for a world whose ranks entered no collective."""
+    for a world whose ranks entered no collective. ``unwritten``: ranks
+    stopped before they could write how far their last ops got (a rank
+    writes an op's completion at its next op, or when asked): an op of
+    theirs not written complete is not known to be unfinished."""
     histories = [read_history(workdir, rank) for rank in range(world_size)]
+    for history in histories:
+        history.unwritten = history.rank in unwritten
     groups: dict[str, tuple[str, list[int] | None]] = {}
     for history in histories:
         for name, (desc, members) in history.groups.items():
@@ -113,6 +122,7 @@ def _group_order(name: str) -> tuple[int, str]:
 def _where(histories: list[RankHistory], group: str) -> list[str]:
     """Where each member is in the group's collectives: the last one each entered."""
     lasts = {h.rank: h.last(group) for h in histories}
+    unwritten = {h.rank: h.unwritten for h in histories}
     if not any(lasts.values()):
         return []
     top = max(e.seq for e in lasts.values() if e is not None)
@@ -128,7 +138,7 @@ def _where(histories: list[RankHistory], group: str) -> list[str]:
         lines.append("; ".join(parts))
     by_last: dict[tuple, list[int]] = {}
     for rank, last in behind.items():
-        key = (last.op, last.seq, _state(last)) if last is not None else ()
+        key = (last.op, last.seq, _state(last, unwritten[rank])) if last is not None else ()
         by_last.setdefault(key, []).append(rank)
     for key, ranks in sorted(by_last.items(), key=lambda item: item[1]):
         their = "its" if len(ranks) == 1 else "their"
@@ -140,19 +150,22 @@ def _where(histories: list[RankHistory], group: str) -> list[str]:
         what = f"{op} #{top}" + (f" ({tensors})" if tensors else "")
         states: dict[str, list[int]] = {}
         for rank in ranks:
-            states.setdefault(_state(lasts[rank]), []).append(rank)  # type: ignore[arg-type]
+            states.setdefault(_state(lasts[rank], unwritten[rank]), []).append(rank)  # type: ignore[arg-type]
         if list(states) == ["completed"]:
             lines.append(f"every rank completed {what}, its last collective")
         else:
-            order = ("not completed", "failed", "completed")
+            order = ("not completed", "failed", UNWRITTEN, "completed")
             lines.append(f"every rank at {what}; " + ", ".join(
                 f"{state} on {_ranks(states[state])}" for state in order if state in states))
     return lines
 
 
-def _state(entered: Entered) -> str:
-    """How far a rank got in an op it entered."""
-    return "not completed" if not entered.done else "failed" if entered.error else "completed"
+def _state(entered: Entered, unwritten: bool = False) -> str:
+    """How far a rank got in an op it entered (``unwritten``: as far as its
+    history was written when it was stopped)."""
+    if not entered.done:
+        return UNWRITTEN if unwritten else "not completed"
+    return "failed" if entered.error else "completed"
 
 
 def _disagreement(histories: list[RankHistory], group: str) -> list[str]:
@@ -188,10 +201,11 @@ def _pending_p2p(histories: list[RankHistory], group: str) -> list[str]:
     for history in histories:
         last = history.last(group, p2p=True)
         if last is not None and not last.done:
+            state = UNWRITTEN if history.unwritten else "not completed"
             way = "to" if last.op in ("send", "isend") else "from"
             peer = f" {way} rank {last.peer}" if last.peer is not None else ""
             lines.append(f"rank {history.rank} in {last.op} #{last.seq}{peer}"
-                         + (f" ({last.tensors})" if last.tensors else "") + ", not completed")
+                         + (f" ({last.tensors})" if last.tensors else "") + f", {state}")
     return lines
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _stackdump
-from ..context import RankContext
+from ..context import BEFORE_A_FAULT_ENDS, RankContext
 from .ops import OPS, PREFIX, Op
 from .record import History, describe_tensors
 
@@ -68,6 +68,7 @@ def install() -> None:
     for name in ("send", "recv", "isend", "irecv"):
         _P2P_CODES[inspect.unwrap(getattr(c10d, name)).__code__] = name
     _stackdump.before_answering(flush)  # a hung rank's history says which of its ops completed
+    BEFORE_A_FAULT_ENDS.append(flush)  # and so does a rank a fault ends
     _library = library
 
 

@@ -96,6 +96,20 @@ def test_ranks_inside_one_collective_say_which_completed_it(world, tmp_path):
         "every rank at all_reduce #1 (float32 [4]); not completed on ranks 1, 2, completed on rank 0"]
 
 
+def test_a_rank_stopped_before_it_wrote_its_completions_is_not_said_to_be_inside_its_op(world, tmp_path):
+    # A rank writes an op's completion at its next op or when asked; one the
+    # harness stopped at once (a planned kill's survivors) may have completed
+    # its last op unwritten: "not completed" would be a guess.
+    ranks = world(3)
+    for rank, history in enumerate(ranks):
+        run(history, [("all_reduce", "float32 [4]")], complete=rank == 2)
+    assert where_ranks_are(str(tmp_path), 3, unwritten={0}) == [
+        "every rank at all_reduce #1 (float32 [4]); not completed on rank 1, "
+        "completion not written (stopped first) on rank 0, completed on rank 2"]
+    assert where_ranks_are(str(tmp_path), 3, unwritten={2}) == [
+        "every rank at all_reduce #1 (float32 [4]); not completed on ranks 0, 1, completed on rank 2"]
+
+
 def test_a_subgroup_is_numbered_and_named_apart(world, tmp_path):
     ranks = world(2)
     for rank, history in enumerate(ranks):
