@@ -453,9 +453,17 @@ def _rank_process(args: RunArgs, env: LaunchEnv, world: World, folder: str) -> i
     pin_loopback(env.master_addr)
     # init_rpc's device-map exchange trips a torch deprecation warning (as in _rank.py).
     warnings.filterwarnings("ignore", message="You are using a Backend")
+    # One store client for each user: a client serves one request at a time,
+    # and a wait holds it until its key comes. The main thread's (its report,
+    # then the verdict it waits for); the fault's word that the rank is about
+    # to be killed, said on whatever thread reaches the fault; the group's.
+    # Measured with one client: a ddp_rpc trainer killed inside an all-reduce
+    # that its RPC handler ran, its entry long returned and waiting for the
+    # verdict, could not say so until the deadline.
     store = connect_store(env, host=False, timeout=args.deadline)
+    announcer = connect_store(env, host=False, timeout=args.deadline)
     label = f"rank {env.rank} ({world.names[env.rank]})"
-    events = _EndingLog(events_path(folder, env.rank), env.rank, label, store, world.collective)
+    events = _EndingLog(events_path(folder, env.rank), env.rank, label, announcer, world.collective)
     ctx = RankContext(rank=env.rank, names=world.names, world_seed=args.seed, faults=world.plan, fuzz=args.fuzz,
                       deadline=args.deadline, events=events, workdir=folder)
     activate(ctx)
@@ -468,7 +476,8 @@ def _rank_process(args: RunArgs, env: LaunchEnv, world: World, folder: str) -> i
     try:
         if world.process_group is not None:
             c10d_group.install()
-            ctx.group = c10d_group.bring_up(world.process_group, dist.PrefixStore(GROUP_KEYS, store.underlying_store),
+            group_store = connect_store(env, host=False, timeout=args.deadline).underlying_store
+            ctx.group = c10d_group.bring_up(world.process_group, dist.PrefixStore(GROUP_KEYS, group_store),
                                             ctx.rank, ctx.world_size)
         if world.rpc:
             backend, options = rpc_backend(ctx, INIT_METHOD, rpc_timeout=args.deadline)

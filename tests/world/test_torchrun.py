@@ -276,6 +276,30 @@ def test_a_ddp_world_killed_inside_an_all_reduce_under_two_torchrun_nodes_ends_a
 
 
 @pytest.mark.long
+def test_a_ddp_rpc_world_killed_inside_its_trainers_all_reduce_under_torchrun_ends_as_in_the_harness(
+        tmp_path, assert_gone):
+    """The DDP + RPC tutorial (a gloo group and RPC agents) on two torchrun
+    nodes of two ranks, with its own kill check: trainer1 killed inside
+    DDP's all-reduce over the trainers' subgroup, which runs in an RPC
+    handler thread of a rank whose entry has long returned. The world ends
+    at once, as in the harness: the master, still in its entry, stopped;
+    the ranks whose entry had returned shut down."""
+    from rpc_harness.scenarios import ddp_rpc
+
+    seed, faults = 5, "kill:trainer1@c10d.all_reduce:trainers#3"
+    args = ["--scenario", "ddp_rpc", "--seed", str(seed), "--set", "steps=3", "--faults", faults]
+    with Nodes(tmp_path, args, nodes=2, nproc=2) as nodes:
+        local = ddp_rpc.run(ddp_rpc.Config(steps=3), world_size=4, seed=seed, faults=faults, deadline=DEADLINE).world
+        summary, values, output = nodes.result()
+    assert summary["ok"] and summary["process_group"] == "gloo" and summary["rpc"] is True, output
+    assert [(f["rank"], f["point"], f["hit"]) for f in summary["fired"]] == [(3, "c10d.all_reduce:trainers", 3)]
+    assert local.ok, local.report()
+    assert [r["status"] for r in summary["ranks"]] == [r.status for r in local.ranks], (output, local.report())
+    assert summary["ended_by"] == local.ended_by and "rank 3 (trainer1) was killed" in local.ended_by
+    assert_gone([r["pid"] for r in summary["ranks"]])
+
+
+@pytest.mark.long
 def test_a_collective_world_with_rpc_under_two_torchrun_nodes_fires_a_delay_in_its_all_reduce(tmp_path, assert_gone):
     """A world with both a gloo group and RPC agents (the scenario's own
     world options) across two torchrun nodes: a delay fires in worker1's
