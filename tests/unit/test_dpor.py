@@ -6,9 +6,16 @@ choices from the real strategy of a branch (``strategies.Branch``) and
 records what the scheduler records (the tasks that could run, the step
 that made the task ready), so the search is driven as a world drives it.
 
+Each step records its footprint (the variable a load, store or append
+touches; nothing for a call, a wait or a sleep, whose effects reach other
+tasks as causes), so the search's finer dependence is what is checked;
+``coarse=True`` leaves the footprints out (every step of a rank touching
+all of its memory, as a real world's steps say) to measure what it saves.
+
 Soundness: on every program here, and on programs Hypothesis writes, DPOR
-reaches every final state that running every interleaving reaches, and the
-naive search runs exactly every interleaving.
+reaches every final state that running every interleaving reaches, with
+footprints and without, and the naive search runs exactly every
+interleaving.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ class Taken:
     ready: tuple[tuple[str, int], ...]
     cause: int
     timer: bool = False
+    objects: frozenset[str] | None = None
 
 
 class History:
@@ -66,8 +74,9 @@ class History:
         self.problems.append(what)
 
 
-def run(program: dict[int, tuple], choose) -> tuple[list[Taken], tuple, list[str]]:
-    """Run the program to its end, ``choose(ready, history)`` picking each step."""
+def run(program: dict[int, tuple], choose, *, coarse: bool = False) -> tuple[list[Taken], tuple, list[str]]:
+    """Run the program to its end, ``choose(ready, history)`` picking each
+    step; ``coarse``: steps without their footprints."""
     tasks = {f"r{rank}": Task(f"r{rank}", rank, ops) for rank, ops in program.items()}
     memory: dict[int, dict[str, object]] = {rank: {} for rank in program}
     ended: dict[str, int] = {}  # task -> its last step
@@ -110,7 +119,9 @@ def run(program: dict[int, tuple], choose) -> tuple[list[Taken], tuple, list[str
             tasks[handler] = Task(handler, op[1], op[2], label="handler", cause=index)
         task.pc += 1
         task.cause = -1
-        history.steps.append(Taken(task.id, task.rank, tuple((t.id, t.rank) for t in ready), cause, timer))
+        objects = frozenset([op[1]]) if op[0] in ("load", "store", "append") else frozenset()
+        history.steps.append(Taken(task.id, task.rank, tuple((t.id, t.rank) for t in ready), cause, timer,
+                                   None if coarse else objects))
         for t in ready:
             t.notified = True
         history.last = task
@@ -143,11 +154,11 @@ def every_interleaving(program: dict[int, tuple]) -> set[tuple]:
     return outcomes
 
 
-def search(program: dict[int, tuple], **options) -> tuple[set[tuple], dpor.Search]:
+def search(program: dict[int, tuple], *, coarse: bool = False, **options) -> tuple[set[tuple], dpor.Search]:
     found, outcomes = dpor.Search(**options), set()
     while (branch := found.next()) is not None:
         strategy = strategies.make(S.parse(branch.schedule), None)  # type: ignore[arg-type]
-        steps, outcome, problems = run(program, strategy.choose)
+        steps, outcome, problems = run(program, strategy.choose, coarse=coarse)
         assert not problems, problems
         outcomes.add(outcome)
         assert found.record(branch, steps) is None
@@ -199,16 +210,38 @@ PIPELINE = {0: (("call", 1, (("append", "x", "a"), ("call", 2, (("append", "y", 
 # depends on every other step, so it depends on them all.
 TIMEOUT = {0: (), 1: (("sleep",), ("call", 0, (("append", "log", "late"),))),
            2: (("append", "own", 1), ("call", 0, (("append", "log", "early"),)), ("sleep",), ("append", "own", 2))}
-PROGRAMS = {"three_to_one": THREE_TO_ONE, "bank": BANK, "apart": APART, "pipeline": PIPELINE, "timeout": TIMEOUT}
+# Two deposits served on rank 0 into two accounts: the handlers share a rank
+# but no object, so one schedule is all there is to it (with footprints).
+TWO_ACCOUNTS = {0: (), 1: (("call", 0, (("load", "alice"), ("store", "alice", 10))), ("wait", 1)),
+                2: (("call", 0, (("load", "bob"), ("store", "bob", 5))), ("wait", 1))}
+# Both: rank 0 serves two deposits to one account and a write to a log.
+MIXED = {0: (), 1: (("call", 0, (("load", "balance"), ("store", "balance", 10))), ("call", 0, (("append", "log", 1),))),
+         2: (("call", 0, (("load", "balance"), ("store", "balance", 5))),)}
+PROGRAMS = {"three_to_one": THREE_TO_ONE, "bank": BANK, "apart": APART, "pipeline": PIPELINE, "timeout": TIMEOUT,
+            "two_accounts": TWO_ACCOUNTS, "mixed": MIXED}
+
+
+@pytest.mark.parametrize("coarse", [False, True], ids=["footprints", "coarse"])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_dpor_reaches_every_outcome_that_every_interleaving_reaches(name: str, coarse: bool) -> None:
+    program = PROGRAMS[name]
+    truth = every_interleaving(program)
+    reduced, found = search(program, coarse=coarse)
+    assert reduced == truth
+    assert found.exhausted
+
+
+# Schedules DPOR runs to exhaust each program, with footprints and without
+# (measured; the naive search's are counted by brute force above).
+RUNS = {"three_to_one": (6, 6), "bank": (6, 6), "apart": (1, 1), "pipeline": (12, 18), "timeout": (1, 1),
+        "two_accounts": (1, 6), "mixed": (6, 30)}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_dpor_reaches_every_outcome_that_every_interleaving_reaches(name: str) -> None:
-    program = PROGRAMS[name]
-    truth = every_interleaving(program)
-    reduced, found = search(program)
-    assert reduced == truth
-    assert found.exhausted
+def test_footprints_save_schedules_where_steps_of_one_rank_touch_different_objects(name: str) -> None:
+    _, fine = search(PROGRAMS[name])
+    _, coarse = search(PROGRAMS[name], coarse=True)
+    assert (fine.runs, coarse.runs) == RUNS[name]
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -274,16 +307,58 @@ def test_compare_names_the_step_where_two_runs_of_one_schedule_differ() -> None:
 
 
 def test_a_branch_never_chooses_a_sleeping_task_while_another_can_run() -> None:
-    branch = strategies.Branch((), (("r1", 1),))
+    branch = strategies.Branch((), (("r1", 1, None),))
     history = History()
     ready = [Task("r1", 1, ()), Task("r2", 2, ())]
     history.last = ready[0]
     assert branch.choose(ready, history).id == "r2"
-    # A step of its own rank wakes it.
-    history.steps.append(Taken("r2", 2, (), -1))
-    branch.sleep = {"r1": 2}
-    branch.choose([Task("r1", 1, ()), Task("x", 2, ())], history)
+
+
+def test_a_step_wakes_the_sleeping_tasks_it_depends_on_once_it_has_run() -> None:
+    # Asleep before the prefix's last step: r1 (footprint {a} on rank 1), r3 (unknown, rank 3).
+    branch = strategies.Branch(("x",), (("r1", 1, frozenset({"a"})), ("r3", 3, None)))
+    history = History()
+    branch.choose([Task("x", 2, ())], history)
+    # The prefix's step, on rank 2, wakes neither; r2's step on rank 1 touching {b} does not wake r1.
+    history.steps.append(Taken("x", 2, (), -1, objects=frozenset({"a"})))
+    assert branch.choose([Task("r1", 1, ()), Task("r2", 1, ())], history).id == "r2"
+    history.steps.append(Taken("r2", 1, (), -1, objects=frozenset({"b"})))
+    branch.choose([Task("r1", 1, ()), Task("r2", 1, ())], history)
+    assert set(branch.sleep) == {"r1", "r3"}
+    # A step of rank 1 touching {a} wakes r1; one of rank 3 with no footprint wakes r3.
+    history.steps.append(Taken("r2", 1, (), -1, objects=frozenset({"a", "c"})))
+    branch.choose([Task("r2", 1, ())], history)
+    assert set(branch.sleep) == {"r3"}
+    history.steps.append(Taken("r3b", 3, (), -1, objects=frozenset()))
+    branch.choose([Task("r2", 1, ())], history)
     assert branch.sleep == {}
+
+
+def test_a_step_the_clock_woke_wakes_every_sleeping_task() -> None:
+    sleep = {"r1": (1, frozenset({"a"})), "r2": (2, None)}
+    assert dpor.awake_after(sleep, Taken("t", 3, (), -1, timer=True, objects=frozenset())) == {}
+    assert dpor.awake_after(sleep, Taken("t", 3, (), -1, objects=frozenset())) == sleep
+
+
+@pytest.mark.parametrize(("a", "b", "commute"), [
+    ((0, None), (1, None), True),  # different ranks
+    ((0, None), (0, frozenset()), False),  # one footprint unknown
+    ((0, frozenset()), (0, None), False),
+    ((0, frozenset({"v"})), (0, frozenset({"w"})), True),  # one rank, different objects
+    ((0, frozenset({"v", "w"})), (0, frozenset({"w"})), False),  # one object in common
+    ((0, frozenset()), (0, frozenset()), True),
+])
+def test_steps_commute_on_different_ranks_or_on_disjoint_footprints(a, b, commute) -> None:
+    assert dpor.independent(a, False, b, False) is commute
+    assert dpor.independent(b, False, a, False) is commute
+    assert not dpor.independent(a, True, b, False) and not dpor.independent(a, False, b, True)
+
+
+def test_a_branch_schedule_carries_each_sleeping_tasks_footprint() -> None:
+    branch = dpor.Branch(("r1", "r2"), (("r3", 0, frozenset({"v", "w"})), ("r4", 1, None), ("r5", 0, frozenset())))
+    parsed = S.parse(branch.schedule)
+    assert parsed.prefix == ("r1", "r2")
+    assert parsed.sleep == (("r3", 0, frozenset({"v", "w"})), ("r4", 1, None), ("r5", 0, frozenset()))
 
 
 # -- programs Hypothesis writes ------------------------------------------------------------------------
@@ -324,6 +399,61 @@ def programs(draw) -> dict[int, tuple]:
 @given(programs())
 def test_dpor_misses_no_outcome_of_programs_hypothesis_writes(program: dict[int, tuple]) -> None:
     truth = every_interleaving(program)
-    reduced, found = search(program)
-    assert reduced == truth
-    assert found.exhausted
+    for coarse in (False, True):
+        reduced, found = search(program, coarse=coarse)
+        assert reduced == truth
+        assert found.exhausted
+
+
+# -- the determinism check, through explore_runs -----------------------------------------------------
+
+def model_runner(program: dict[int, tuple], *, tamper_run: int | None = None):
+    """explore_runs' ``run`` over the model: each schedule run as a world
+    would run it. Run number ``tamper_run`` (from 1) shows one more task
+    able to run at step 2 than the program has: a world that is not
+    deterministic under its schedule."""
+    from rpc_harness import FaultPlan, WorldResult
+    from rpc_harness.explore import Attempt
+    from rpc_harness.result import RankOutcome
+
+    calls: list[str] = []
+
+    def run_one(seed: int, schedule: str) -> Attempt:
+        calls.append(schedule)
+        strategy = strategies.make(S.parse(schedule), None)  # type: ignore[arg-type]
+        taken, _, problems = run(program, strategy.choose)
+        steps = [S.Step(index=i, rank=t.rank, worker=f"r{t.rank}", task=t.task, label="", point=f"p{i}",
+                        ready=t.ready + ((("ghost", 9),) if len(calls) == tamper_run and i == 2 else ()),
+                        cause=t.cause, timer=t.timer, objects=t.objects) for i, t in enumerate(taken)]
+        world = WorldResult(names=tuple(f"r{rank}" for rank in program), seed=seed, faults=FaultPlan(), deadline=5.0,
+                            ranks=[RankOutcome(rank, f"r{rank}", status="ok") for rank in program],
+                            schedule=steps, problems=problems, schedule_label="dpor")
+        return Attempt(seed, schedule, world, False)
+
+    return run_one, calls
+
+
+def test_every_nth_schedule_is_run_twice_and_compared_step_by_step() -> None:
+    from rpc_harness.explore import explore_runs
+
+    run_one, calls = model_runner(PIPELINE)
+    found = explore_runs(run_one, seed=0, schedules=100, strategy="dpor", check_every=5)
+    assert found.exhausted and not found.nondeterministic, found.verdict()
+    assert len(found.attempts) == 12 and found.checks == 2
+    # Each check runs the schedule just run again, whole: its prefix is every step's task.
+    assert S.parse(calls[5]).prefix == tuple(step.task for step in run(PIPELINE, strategies.make(
+        S.parse(calls[4]), None).choose)[0])  # type: ignore[arg-type]
+
+
+def test_a_program_that_shows_other_tasks_when_a_schedule_runs_again_is_reported_and_not_explored_further() -> None:
+    from rpc_harness.explore import explore_runs
+
+    run_one, calls = model_runner(PIPELINE, tamper_run=6)  # the 6th run is the check of the 5th
+    found = explore_runs(run_one, seed=0, schedules=100, strategy="dpor", check_every=5)
+    ready = sorted(task for task, _ in found.attempts[4].world.schedule[2].ready) if found.attempts[4].world else []
+    assert found.nondeterministic == (f"step 2: the tasks that could run were {{{', '.join(ready)}}} the first time, "
+                                      f"{{{', '.join(sorted([*ready, 'ghost']))}}} the second")
+    assert len(found.attempts) == 5 and len(calls) == 6 and found.checks == 1
+    assert not found.exhausted
+    assert found.verdict() == ("not exhausted: the program is not deterministic under its schedule "
+                               f"({found.nondeterministic}); stopped after 5 schedules")
