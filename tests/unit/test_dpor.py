@@ -21,6 +21,7 @@ interleaving.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 
 import pytest
@@ -395,7 +396,9 @@ def programs(draw) -> dict[int, tuple]:
     return program
 
 
-@settings(max_examples=60, deadline=None)
+# Under mutation (tools/mutation.py sets RPC_HARNESS_MUTATION) this test runs
+# once per mutant: 20 programs there, 60 here.
+@settings(max_examples=20 if os.environ.get("RPC_HARNESS_MUTATION") else 60, deadline=None)
 @given(programs())
 def test_dpor_misses_no_outcome_of_programs_hypothesis_writes(program: dict[int, tuple]) -> None:
     truth = every_interleaving(program)
@@ -457,3 +460,49 @@ def test_a_program_that_shows_other_tasks_when_a_schedule_runs_again_is_reported
     assert not found.exhausted
     assert found.verdict() == ("not exhausted: the program is not deterministic under its schedule "
                                f"({found.nondeterministic}); stopped after 5 schedules")
+
+
+# -- races with a step the clock woke, and the initials of a race --------------------------------------
+
+@pytest.mark.parametrize("timer_at", [0, 1])
+def test_a_step_the_clock_woke_races_with_a_later_step_even_on_another_rank(timer_at: int) -> None:
+    # a (rank 0) then b (rank 1): they commute, unless the clock woke one of them.
+    found = dpor.Search()
+    branch = found.next()
+    assert branch is not None
+    steps = [Taken("a", 0, (("a", 0), ("b", 1)), -1, timer=timer_at == 0),
+             Taken("b", 1, (("b", 1),), -1, timer=timer_at == 1)]
+    assert found.record(branch, steps) is None
+    assert found.nodes[0].backtrack == {"a", "b"}
+    untimed = dpor.Search()
+    assert untimed.record(untimed.next(), [Taken(s.task, s.rank, s.ready, s.cause) for s in steps]) is None  # type: ignore[arg-type]
+    assert untimed.nodes[0].backtrack == {"a"}
+
+
+def backtrack_after(first: list[Taken], second: list[Taken], explored: set[str] = frozenset()) -> set[str]:
+    """The backtrack set at the first step, once the run ``first`` was
+    recorded, ``explored`` added there (tasks tried there before), and
+    the run ``second`` that shares its first step recorded as a branch."""
+    found = dpor.Search()
+    assert found.record(found.next(), first) is None  # type: ignore[arg-type]
+    found.nodes[0].backtrack |= explored
+    assert found.record(dpor.Branch((first[0].task,)), second) is None
+    return found.nodes[0].backtrack
+
+
+def test_a_race_whose_reversal_a_tried_initial_already_starts_adds_no_task() -> None:
+    # a (rank 0) races with c (rank 0); b (rank 1) between them commutes with
+    # both, so b and c are each an initial of running c first. The first run
+    # (c before b) put c in the backtrack set: the second adds nothing.
+    start = Taken("a", 0, (("a", 0), ("b", 1), ("c", 0)), -1)
+    c_first = [start, Taken("c", 0, (("b", 1), ("c", 0)), -1), Taken("b", 1, (("b", 1),), -1)]
+    b_first = [start, Taken("b", 1, (("b", 1), ("c", 0)), -1), Taken("c", 0, (("c", 0),), -1)]
+    assert backtrack_after(c_first, b_first) == {"a", "c"}
+    assert backtrack_after([start, b_first[1]], b_first) == {"a", "b"}  # else the first initial by name
+
+
+def test_a_task_whose_step_must_follow_another_of_the_race_is_no_initial() -> None:
+    # x's handler on rank 0 is started by b's call (its cause): x cannot run
+    # before b, so b must be tried first, whatever was tried for x.
+    start, b = Taken("a", 0, (("a", 0), ("b", 1)), -1), Taken("b", 1, (("b", 1),), -1)
+    assert backtrack_after([start, b], [start, b, Taken("x", 0, (("x", 0),), 1)], {"x"}) == {"a", "b", "x"}
