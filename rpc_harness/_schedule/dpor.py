@@ -256,7 +256,7 @@ class Search:
             clock = 0
             if step.task in last_of:
                 clock |= before[last_of[step.task]]
-            if 0 <= step.cause < j:
+            if step.cause >= 0:  # (a step's cause ran before it)
                 clock |= before[step.cause]
             races = []
             for i in range(j - 1, -1, -1):

@@ -506,3 +506,48 @@ def test_a_task_whose_step_must_follow_another_of_the_race_is_no_initial() -> No
     # before b, so b must be tried first, whatever was tried for x.
     start, b = Taken("a", 0, (("a", 0), ("b", 1)), -1), Taken("b", 1, (("b", 1),), -1)
     assert backtrack_after([start, b], [start, b, Taken("x", 0, (("x", 0),), 1)], {"x"}) == {"a", "b", "x"}
+
+
+def backtracks(steps: list[Taken]) -> list[set[str]]:
+    """Each state's backtrack set once the run ``steps`` is recorded."""
+    found = dpor.Search()
+    assert found.record(found.next(), steps) is None  # type: ignore[arg-type]
+    return [node.backtrack for node in found.nodes]
+
+
+def test_a_step_happens_after_the_step_that_made_its_task_ready_even_the_first() -> None:
+    # y's step 0 starts x, and both touch v: no race, x could not run first.
+    steps = [Taken("y", 0, (("w", 1), ("y", 0)), -1, objects=frozenset("v")),
+             Taken("x", 0, (("w", 1), ("x", 0)), 0, objects=frozenset("v")),
+             Taken("w", 1, (("w", 1),), -1, objects=frozenset())]
+    assert backtracks(steps)[0] == {"y"}
+
+
+def test_what_happens_before_a_steps_cause_happens_before_the_step_past_an_independent_one() -> None:
+    # y's step 0 (touching v) starts x; a's step 1 (w) commutes with it; x's
+    # step 2 (v and w) races with a's only: y's is before it through its cause.
+    steps = [Taken("y", 0, (("a", 0), ("y", 0)), -1, objects=frozenset("v")),
+             Taken("a", 0, (("a", 0), ("x", 0)), -1, objects=frozenset("w")),
+             Taken("x", 0, (("x", 0),), 0, objects=frozenset("vw"))]
+    assert backtracks(steps)[:2] == [{"y"}, {"a", "x"}]
+
+
+def test_what_happens_before_a_tasks_own_last_step_happens_before_its_next() -> None:
+    # y's step 0 (u, v) is before x's step 1 (u); z's step 2 (w) wakes x, whose
+    # step 3 (v) so follows y's through x's own step 1, which it commutes with.
+    steps = [Taken("y", 0, (("x", 0), ("y", 0), ("z", 0)), -1, objects=frozenset("uv")),
+             Taken("x", 0, (("x", 0), ("z", 0)), -1, objects=frozenset("u")),
+             Taken("z", 0, (("z", 0),), -1, objects=frozenset("w")),
+             Taken("x", 0, (("x", 0),), 2, objects=frozenset("v"))]
+    assert backtracks(steps)[0] == {"x", "y"}
+
+
+def test_a_task_tried_at_a_state_whose_run_was_never_recorded_sleeps_with_no_footprint_known() -> None:
+    # A branch whose world ended (or lost control) before its choices is not
+    # recorded: its task sleeps in the next branch with its rank, all of its memory.
+    found = dpor.Search()
+    assert found.record(found.next(), [Taken("a", 0, (("a", 0), ("b", 1), ("c", 2)), -1,
+                                             objects=frozenset("v"))]) is None  # type: ignore[arg-type]
+    found.nodes[0].backtrack |= {"b", "c"}
+    assert found.next() == dpor.Branch(("b",), (("a", 0, frozenset("v")),))
+    assert found.next() == dpor.Branch(("c",), (("a", 0, frozenset("v")), ("b", 1, None)))
