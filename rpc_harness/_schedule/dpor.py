@@ -218,10 +218,10 @@ class Search:
         self.runs += 1
         prefix = branch.prefix
         for index, step in enumerate(steps[:len(prefix)]):
-            node = self.nodes[index] if index < len(self.nodes) else None
+            node = self.nodes[index]  # (a branch's prefix is a path of the search's states)
             if step.task != prefix[index]:
                 return f"step {index}: the branch chose {prefix[index]}, but {step.task} ran"
-            if node is not None and dict(step.ready) != node.enabled:
+            if dict(step.ready) != node.enabled:
                 return (f"step {index}: the tasks that could run were {_listed(node.enabled)} before, "
                         f"{_listed(dict(step.ready))} now")
         if len(steps) < len(prefix):

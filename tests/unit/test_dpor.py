@@ -49,6 +49,7 @@ class Task:
     label: str = "main"
     point: str = ""
     notified: bool = True
+    woken: bool = False  # the clock woke it from its sleep: it stays able to run, as in the scheduler
     pc: int = 0
     register: int = 0
     calls: list[str] = field(default_factory=list)
@@ -87,22 +88,25 @@ def run(program: dict[int, tuple], choose, *, coarse: bool = False) -> tuple[lis
         if task.pc >= len(task.ops):
             return False
         op = task.ops[task.pc]
-        return op[0] not in ("wait", "sleep") or (op[0] == "wait" and task.calls[op[1] - 1] in ended)
+        if op[0] == "wait":
+            return task.calls[op[1] - 1] in ended
+        return op[0] != "sleep" or task.woken
 
     def sleeping(task: Task) -> bool:
         return task.pc < len(task.ops) and task.ops[task.pc][0] == "sleep"
 
     while True:
         ready = sorted((t for t in tasks.values() if can_run(t)), key=lambda t: t.id)
-        timer = not ready
-        if timer:  # the clock moves on only when no task can run
-            ready = sorted((t for t in tasks.values() if sleeping(t)), key=lambda t: t.id)
+        if not ready:  # the clock moves on only when no task can run, and wakes every sleeping task
+            for t in tasks.values():
+                if sleeping(t):
+                    t.woken, t.notified, t.cause = True, False, len(history.steps) - 1
+            ready = sorted((t for t in tasks.values() if can_run(t)), key=lambda t: t.id)
             if not ready:
                 break
-            for t in ready:
-                t.notified, t.cause = False, len(history.steps) - 1
         task = choose(ready, history)
         op = task.ops[task.pc]
+        timer = op[0] == "sleep"
         cause = task.cause
         if op[0] == "wait":
             cause = ended[task.calls[op[1] - 1]]
@@ -119,12 +123,10 @@ def run(program: dict[int, tuple], choose, *, coarse: bool = False) -> tuple[lis
             task.calls.append(handler)
             tasks[handler] = Task(handler, op[1], op[2], label="handler", cause=index)
         task.pc += 1
-        task.cause = -1
+        task.cause, task.woken, task.notified = -1, False, True
         objects = frozenset([op[1]]) if op[0] in ("load", "store", "append") else frozenset()
         history.steps.append(Taken(task.id, task.rank, tuple((t.id, t.rank) for t in ready), cause, timer,
                                    None if coarse else objects))
-        for t in ready:
-            t.notified = True
         history.last = task
         if task.pc >= len(task.ops):
             ended[task.id] = index
@@ -218,8 +220,11 @@ TWO_ACCOUNTS = {0: (), 1: (("call", 0, (("load", "alice"), ("store", "alice", 10
 # Both: rank 0 serves two deposits to one account and a write to a log.
 MIXED = {0: (), 1: (("call", 0, (("load", "balance"), ("store", "balance", 10))), ("call", 0, (("append", "log", 1),))),
          2: (("call", 0, (("load", "balance"), ("store", "balance", 5))),)}
+# Two callers that sleep before their message to rank 0.
+BOTH_SLEEP = {0: (), 1: (("sleep",), ("call", 0, (("append", "log", 1),))),
+              2: (("sleep",), ("call", 0, (("append", "log", 2),)))}
 PROGRAMS = {"three_to_one": THREE_TO_ONE, "bank": BANK, "apart": APART, "pipeline": PIPELINE, "timeout": TIMEOUT,
-            "two_accounts": TWO_ACCOUNTS, "mixed": MIXED}
+            "two_accounts": TWO_ACCOUNTS, "mixed": MIXED, "both_sleep": BOTH_SLEEP}
 
 
 @pytest.mark.parametrize("coarse", [False, True], ids=["footprints", "coarse"])
@@ -232,17 +237,19 @@ def test_dpor_reaches_every_outcome_that_every_interleaving_reaches(name: str, c
     assert found.exhausted
 
 
-# Schedules DPOR runs to exhaust each program, with footprints and without
-# (measured; the naive search's are counted by brute force above).
-RUNS = {"three_to_one": (6, 6), "bank": (6, 6), "apart": (1, 1), "pipeline": (12, 18), "timeout": (1, 1),
-        "two_accounts": (1, 6), "mixed": (6, 30)}
+# Schedules DPOR runs to exhaust each program, with footprints and without,
+# and how many of them ended with every task that could run asleep (measured;
+# the naive search's are counted by brute force above).
+RUNS = {"three_to_one": (6, 6, 0), "bank": (6, 6, 0), "apart": (1, 1, 0), "pipeline": (12, 18, 0),
+        "timeout": (5, 5, 0), "two_accounts": (1, 6, 0), "mixed": (6, 30, 0), "both_sleep": (10, 10, 1)}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_footprints_save_schedules_where_steps_of_one_rank_touch_different_objects(name: str) -> None:
     _, fine = search(PROGRAMS[name])
     _, coarse = search(PROGRAMS[name], coarse=True)
-    assert (fine.runs, coarse.runs) == RUNS[name]
+    assert (fine.runs, coarse.runs, fine.redundant) == RUNS[name]
+    assert coarse.redundant == fine.redundant
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -279,6 +286,33 @@ def test_a_preemption_bound_cuts_the_search_and_it_is_never_called_exhausted() -
     assert found.cut > 0
     assert not found.exhausted
     assert outcomes <= every_interleaving(BANK)
+
+
+def preemptions(steps: list[Taken]) -> int:
+    """Steps whose task was chosen while the one that ran last could go on."""
+    return sum(1 for k in range(1, len(steps))
+               if steps[k].task != steps[k - 1].task and steps[k - 1].task in dict(steps[k].ready))
+
+
+@pytest.mark.parametrize(("name", "bound", "runs", "cut", "most"), [
+    ("bank", 0, 1, 1, 0), ("bank", 1, 4, 2, 1), ("bank", 2, 6, 0, 2), ("bank", 9, 6, 0, 2),
+    # Three callers: every order of their messages needs no preemption (the
+    # first choice, with no task run before it, is none).
+    ("three_to_one", 0, 6, 0, 0),
+    # Both callers sleep first: the clock wakes them together; which goes first
+    # is the first choice, no preemption, but the other going on before the
+    # first one's message is one.
+    ("both_sleep", 0, 3, 1, 0)])
+def test_a_preemption_bound_runs_every_branch_within_it_and_counts_those_it_leaves_out(name, bound, runs, cut,
+                                                                                       most) -> None:
+    # Measured: 6 schedules exhaust the lost update, 2 of them with 2 preemptions.
+    found, seen = dpor.Search(preemption_bound=bound), 0
+    while (branch := found.next()) is not None:
+        steps, _, _ = run(PROGRAMS[name], strategies.make(S.parse(branch.schedule), None).choose)  # type: ignore[arg-type]
+        seen = max(seen, preemptions(steps))
+        assert found.record(branch, steps) is None
+    assert (found.runs, found.cut, found.exhausted) == (runs, cut, cut == 0)
+    assert seen == most
 
 
 def test_a_world_that_does_not_show_what_it_showed_before_is_not_deterministic() -> None:
