@@ -142,7 +142,6 @@ class _Node:
 
     enabled: dict[str, int]  # task -> rank
     chosen: str
-    timer: bool  # the clock woke the tasks that could run here
     preempting: bool  # choosing ``chosen`` here stopped the task that ran last while it could go on
     backtrack: set[str] = field(default_factory=set)
     done: set[str] = field(default_factory=set)
@@ -239,7 +238,7 @@ class Search:
                 self.redundant += 1
                 break
             last = steps[index - 1].task if index else None
-            self.nodes.append(_Node(enabled, step.task, step.timer,
+            self.nodes.append(_Node(enabled, step.task,
                                     preempting=last is not None and last in enabled and step.task != last,
                                     backtrack={step.task} if self.reduce else set(enabled),
                                     done={step.task}, sleep=dict(sleep), taken={step.task: footprint(step)}))
