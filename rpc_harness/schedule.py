@@ -60,7 +60,8 @@ class ScheduleSpec:
     digest: str = ""  # replay: the recorded schedule's digest
     prefs: tuple[tuple[str, str, int, str], ...] = ()  # guide: (task, point, nth time) -> the task chosen next
     prefix: tuple[str, ...] = ()  # dpor: the task chosen at each of the first steps
-    sleep: tuple[tuple[str, int], ...] = ()  # dpor: (task, rank) not to choose after them (explored already)
+    # dpor: (task, rank, footprint or None) not to choose after them (explored already)
+    sleep: tuple[tuple[str, int, frozenset[str] | None], ...] = ()
 
     @property
     def controlled(self) -> bool:
@@ -146,6 +147,10 @@ class Step:
     cause: int = -1
     timer: bool = False
     clock: float = 0.0  # the schedule's own time when it began: seconds its sleeps and timeouts moved it on
+    # The objects of its rank's memory the step touched (``_schedule.dpor``'s
+    # footprint), or None: unknown, all of them. A rank cannot see what a
+    # stretch of Python touches, so a world's steps say None.
+    objects: frozenset[str] | None = None
 
     def describe(self) -> str:
         """``trainer1 (main) -> rpc.call:ParameterServer.forward``"""
@@ -202,13 +207,15 @@ def without(steps: Sequence[tuple[str, str]], index: int) -> str:
     return _GUIDE + _encode({"c": kept})
 
 
-def branch_schedule(prefix: Sequence[str], sleep: Sequence[tuple[str, int]] = ()) -> str:
+def branch_schedule(prefix: Sequence[str], sleep: Sequence[tuple[str, int, frozenset[str] | None]] = ()) -> str:
     """The ``schedule`` value of one branch of exhaustive exploration: the
     task chosen at each of the first ``len(prefix)`` steps, then never one
-    of ``sleep`` (task, rank) until a step of its rank has run."""
+    of ``sleep`` (task, rank, the footprint of its next step or None)
+    until a step it depends on has run."""
     tasks: dict[str, int] = {}
     chosen = [tasks.setdefault(t, len(tasks)) for t in prefix]
-    asleep = [[tasks.setdefault(t, len(tasks)), rank] for t, rank in sleep]
+    asleep = [[tasks.setdefault(t, len(tasks)), rank] + ([] if objects is None else [sorted(objects)])
+              for t, rank, objects in sleep]
     return _DPOR + _encode({"t": list(tasks), "c": chosen, "z": asleep})
 
 
@@ -230,12 +237,14 @@ def _decode_choices(blob: str, *, where: str) -> tuple[tuple[str, str, int, str]
     return found
 
 
-def _decode_branch(blob: str, *, where: str) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+def _decode_branch(blob: str, *, where: str) -> tuple[tuple[str, ...],
+                                                     tuple[tuple[str, int, frozenset[str] | None], ...]]:
     try:
         data = _decode(blob)
         tasks = data["t"]
         prefix = tuple(str(tasks[i]) for i in data["c"])
-        sleep = tuple((str(tasks[i]), int(rank)) for i, rank in data["z"])
+        sleep = tuple((str(tasks[i]), int(rank), None if not objects else frozenset(map(str, objects[0])))
+                      for i, rank, *objects in data["z"])
     except (binascii.Error, zlib.error, ValueError, KeyError, TypeError, IndexError) as error:
         raise WorldSpecError(f"{where}: a dpor schedule that cannot be read ({error}); copy it whole") from None
     return prefix, sleep

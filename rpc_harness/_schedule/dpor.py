@@ -15,14 +15,40 @@ before it showed (:meth:`Search.record`), and :func:`compare` checks a
 whole schedule run twice.
 
 **Dependence**, when two steps may not commute: they run on the same rank
-(a rank's tasks share its memory), or one of them was woken by the
-schedule's clock (a wait that timed out runs only when no task can run,
-so it depends on everything). Steps on different ranks share nothing: a
-step changes another rank only through messages, which the scheduler
-delivers before the next choice and which start or wake a task there,
-an order of cause and effect kept as ``Step.cause``. This is the coarse,
-sound relation; a finer one (steps of one rank touching different
-objects) would explore less, and is not claimed here.
+and may touch the same object of its memory, or one of them was woken by
+the schedule's clock (a wait that timed out runs only when no task can run,
+so it depends on everything). A step may carry its *footprint*
+(``Taken.objects``): every object of its rank's memory it reads or writes,
+a sound over-approximation; None (the default, and every step of a real
+world today: a rank cannot see what a stretch of Python code touches)
+means all of them. So steps on different ranks never depend on each other,
+and steps on one rank only when a footprint is unknown or the two overlap.
+
+Why steps that share no object commute (the proof; the relation is only
+as sound as this). Let a and b be steps of different tasks t and u, neither
+woken by the clock, both able to run in a state s, with footprints A and B
+that are disjoint (steps on different ranks: A and B lie in different
+memories, so this covers them too). A world's state is each rank's memory,
+each task's own state (where it stopped, its frame), the messages in
+flight and the schedule's clock. A step of t changes only t's own state,
+objects in its footprint, and sends messages, which the scheduler delivers
+before the next choice and which start or wake tasks (an order of cause and
+effect, kept as ``Step.cause``). Run from s, a then b, or b then a:
+(1) a reads only objects of A, which b does not write, so a reads the same
+values in both orders and writes the same values to A; likewise b to B;
+the memory ends the same. (2) t's and u's own states follow from what their
+steps read, the same in both orders. (3) The messages each sends follow
+from what it read: the same in both orders, delivered before the next
+choice either way. (4) Neither disables the other: a task that can run
+waits only for its turn (a future once completed stays completed, a
+condition's notify is kept, an RRef's value once made stays made), and
+neither enables the other: both could run in s already. (5) The clock
+moves only in a step the clock wakes, and neither is one. So both orders
+reach the same state, and each step is the same step in both: the two
+commute. A sleep set keeps, for each sleeping task, the footprint of the
+step it took where it was put to sleep; that step stays the task's next
+step while only steps independent of it run (by the same argument), so its
+footprint is still the one recorded.
 
 **Happens-before** within one run: a task's steps in order; the step that
 made a task ready (``Step.cause``: the call that started a handler, the
@@ -68,24 +94,40 @@ class Taken(Protocol):
     ready: tuple[tuple[str, int], ...]
     cause: int
     timer: bool
+    objects: frozenset[str] | None  # the step's footprint in its rank's memory; None: unknown, all of it
 
 
-def independent(rank_a: int, timer_a: bool, rank_b: int, timer_b: bool) -> bool:
-    """Whether two steps commute: on different ranks, neither woken by the clock."""
-    return rank_a != rank_b and not timer_a and not timer_b
+Footprint = tuple[int, "frozenset[str] | None"]  # (rank, objects) of a step: where it may touch memory
+
+
+def independent(a: Footprint, a_timer: bool, b: Footprint, b_timer: bool) -> bool:
+    """Whether two steps commute (the proof is in the module's docstring):
+    neither woken by the clock, and on different ranks, or on one rank
+    with footprints both known and disjoint."""
+    if a_timer or b_timer:
+        return False
+    (rank_a, objects_a), (rank_b, objects_b) = a, b
+    return rank_a != rank_b or (objects_a is not None and objects_b is not None and not objects_a & objects_b)
+
+
+def footprint(step: Taken) -> Footprint:
+    """Where ``step`` may touch memory: its rank, and its objects if known."""
+    return step.rank, step.objects
 
 
 def _dependent(a: Taken, b: Taken) -> bool:
-    return not independent(a.rank, a.timer, b.rank, b.timer)
+    return not independent(footprint(a), a.timer, footprint(b), b.timer)
 
 
 @dataclass(frozen=True)
 class Branch:
     """One schedule to run: the task chosen at each of the first steps, and
-    the tasks asleep after them (task, rank)."""
+    the tasks asleep before the last of them (task, rank, objects: the
+    footprint of the step each would take); the last chosen step wakes
+    those it depends on, once its own footprint is seen."""
 
     prefix: tuple[str, ...]
-    sleep: tuple[tuple[str, int], ...] = ()
+    sleep: tuple[tuple[str, int, frozenset[str] | None], ...] = ()
 
     @property
     def schedule(self) -> str:
@@ -100,11 +142,11 @@ class _Node:
 
     enabled: dict[str, int]  # task -> rank
     chosen: str
-    timer: bool  # the clock woke the tasks that could run here
     preempting: bool  # choosing ``chosen`` here stopped the task that ran last while it could go on
     backtrack: set[str] = field(default_factory=set)
     done: set[str] = field(default_factory=set)
-    sleep: dict[str, int] = field(default_factory=dict)
+    sleep: dict[str, Footprint] = field(default_factory=dict)  # task -> its next step's footprint
+    taken: dict[str, Footprint] = field(default_factory=dict)  # task run here -> its step's footprint
 
 
 class Search:
@@ -150,19 +192,21 @@ class Search:
                     self.cut += 1
                     continue
                 node.chosen, node.preempting = task, preempting
-                return Branch(tuple(n.chosen for n in self.nodes), self._sleep_after(node, task))
+                return Branch(tuple(n.chosen for n in self.nodes), self._asleep_at(node, task))
             self.nodes.pop()
         return None
 
-    def _sleep_after(self, node: _Node, task: str) -> tuple[tuple[str, int], ...]:
-        """The sleep set once ``task`` ran at ``node``: the node's, and the
-        branches of it explored before, that ``task``'s step commutes with."""
+    def _asleep_at(self, node: _Node, task: str) -> tuple[tuple[str, int, frozenset[str] | None], ...]:
+        """What sleeps at ``node`` when ``task`` is chosen there: the node's
+        sleep set, and the branches of it explored before (with the
+        footprints their steps had). ``task``'s own step, not run yet,
+        wakes those it depends on once it is seen (:meth:`record`, and
+        :class:`~.strategies.Branch` in the world)."""
         if not self.reduce:
             return ()
         pool = dict(node.sleep)
-        pool.update({done: node.enabled[done] for done in node.done if done != task})
-        rank = node.enabled[task]
-        return tuple(sorted((t, r) for t, r in pool.items() if independent(r, node.timer, rank, node.timer)))
+        pool.update({done: node.taken.get(done, (node.enabled[done], None)) for done in node.done if done != task})
+        return tuple(sorted((t, rank, objects) for t, (rank, objects) in pool.items()))
 
     def record(self, branch: Branch, steps: Sequence[Taken]) -> str | None:
         """What the world run for ``branch`` did: its controlled steps, in
@@ -173,16 +217,20 @@ class Search:
         self.runs += 1
         prefix = branch.prefix
         for index, step in enumerate(steps[:len(prefix)]):
-            node = self.nodes[index] if index < len(self.nodes) else None
+            node = self.nodes[index]  # (a branch's prefix is a path of the search's states)
             if step.task != prefix[index]:
                 return f"step {index}: the branch chose {prefix[index]}, but {step.task} ran"
-            if node is not None and dict(step.ready) != node.enabled:
+            if dict(step.ready) != node.enabled:
                 return (f"step {index}: the tasks that could run were {_listed(node.enabled)} before, "
                         f"{_listed(dict(step.ready))} now")
         if len(steps) < len(prefix):
             return f"the world took {len(steps)} steps, fewer than the {len(prefix)} its branch chooses"
         del self.nodes[len(prefix):]
-        sleep = dict(branch.sleep) if self.reduce else {}
+        sleep = {t: (rank, objects) for t, rank, objects in branch.sleep} if self.reduce else {}
+        if prefix:  # the last chosen step: now seen, it wakes what it depends on
+            last_step = steps[len(prefix) - 1]
+            self.nodes[-1].taken[last_step.task] = footprint(last_step)
+            sleep = awake_after(sleep, last_step)
         for index in range(len(prefix), len(steps)):
             step = steps[index]
             enabled = dict(step.ready)
@@ -190,11 +238,11 @@ class Search:
                 self.redundant += 1
                 break
             last = steps[index - 1].task if index else None
-            self.nodes.append(_Node(enabled, step.task, step.timer,
+            self.nodes.append(_Node(enabled, step.task,
                                     preempting=last is not None and last in enabled and step.task != last,
                                     backtrack={step.task} if self.reduce else set(enabled),
-                                    done={step.task}, sleep=dict(sleep)))
-            sleep = {t: r for t, r in sleep.items() if independent(r, False, step.rank, step.timer)}
+                                    done={step.task}, sleep=dict(sleep), taken={step.task: footprint(step)}))
+            sleep = awake_after(sleep, step)
         if self.reduce:
             self._add_races(steps[:len(self.nodes)])
         return None
@@ -207,7 +255,7 @@ class Search:
             clock = 0
             if step.task in last_of:
                 clock |= before[last_of[step.task]]
-            if 0 <= step.cause < j:
+            if step.cause >= 0:  # (a step's cause ran before it)
                 clock |= before[step.cause]
             races = []
             for i in range(j - 1, -1, -1):
@@ -240,6 +288,12 @@ class Search:
             node.backtrack.add(possible[0])
         else:  # (not seen: an initial can always run there; kept as the sound fallback)
             node.backtrack.update(node.enabled)
+
+
+def awake_after(sleep: dict[str, Footprint], step: Taken) -> dict[str, Footprint]:
+    """The sleep set once ``step`` ran: the sleeping tasks whose next step
+    commutes with it (the others wake)."""
+    return {t: where for t, where in sleep.items() if independent(where, False, footprint(step), step.timer)}
 
 
 def compare(first: Sequence[Taken], second: Sequence[Taken]) -> str | None:

@@ -27,7 +27,7 @@ from typing import Protocol, TypeVar
 
 from ..schedule import ScheduleSpec, Step
 from ..seeds import derive_seed
-from .dpor import independent
+from .dpor import awake_after
 
 PCT_DEFAULT_LENGTH = 200  # steps over which PCT spreads its change points when not told
 
@@ -161,16 +161,19 @@ class Branch:
     (a world that cannot take it diverged: the program is not deterministic
     under its schedule, and exploration says so), then the task that ran
     last where it can go on, else the first by id; never a task of the
-    sleep set while another can run. A task sleeps until a step it depends
-    on runs: one of its own rank, or one the schedule's clock woke
-    (:func:`rpc_harness._schedule.dpor.independent`)."""
+    sleep set while another can run. The sleep set given is the one before
+    the prefix's last step; each step from that one on wakes the sleeping
+    tasks it depends on, once it has run and its footprint is seen
+    (:func:`rpc_harness._schedule.dpor.awake_after`)."""
 
-    def __init__(self, prefix: Sequence[str], sleep: Sequence[tuple[str, int]]) -> None:
+    def __init__(self, prefix: Sequence[str], sleep: Sequence[tuple[str, int, frozenset[str] | None]]) -> None:
         self.prefix = prefix
-        self.sleep = dict(sleep)
+        self.sleep = {task: (rank, objects) for task, rank, objects in sleep}
 
     def choose(self, ready: Sequence[T], history: History) -> T:
         step = len(history.steps)
+        if step >= len(self.prefix) and step:
+            self.sleep = awake_after(self.sleep, history.steps[-1])
         chosen = None
         if step < len(self.prefix):
             chosen = next((task for task in ready if task.id == self.prefix[step]), None)
@@ -180,9 +183,6 @@ class Branch:
         if chosen is None:
             awake = [task for task in ready if task.id not in self.sleep]
             chosen = continuing(awake or ready, history)
-        if step >= len(self.prefix) and self.sleep:  # (the sleep set given is the one after the prefix)
-            self.sleep = {task: rank for task, rank in self.sleep.items()
-                          if independent(rank, False, chosen.rank, not chosen.notified)}
         return chosen
 
 

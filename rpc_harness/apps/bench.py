@@ -668,13 +668,24 @@ def schedules_until_failure(seeds: int, cap: int) -> dict[str, Any]:
     return {"seeds": seeds, "cap": cap, "rows": rows}
 
 
-def exhaustive_search(cap: int) -> dict[str, Any]:
+# The ps scenario's world explored exhaustively: 2 trainers, the least work
+# that still trains, takes the step lease and evaluates (one batch each,
+# one evaluation batch).
+PS_EXPLORED = {"batches": 1, "test_size": 32, "min_accuracy_steps": 1000}
+
+
+def exhaustive_search(cap: int, naive_cap: int, ps_cap: int, seeds: int, sample_cap: int) -> dict[str, Any]:
     """Exhaustive exploration, counted: for worlds that cannot fail (every
     sender's message to one collector, in every order), the schedules DPOR
-    runs to exhaust them and the naive search's (cut at ``cap``); for each
-    race, the schedules DPOR runs until it fails (deterministic: one seed)."""
-    from rpc_harness import spawn
+    runs to exhaust them and the naive search's (cut at ``naive_cap``); the
+    ``ps`` scenario's world with 2 trainers (:data:`PS_EXPLORED`; failing
+    is the world's own verdict, not the scenario's gradient check; DPOR cut
+    at ``ps_cap``); for each race, the schedules DPOR runs until it fails
+    (deterministic: one seed), and, from ``seeds`` seeds (at most
+    ``sample_cap`` worlds each), the worlds the random walk and PCT take."""
+    from rpc_harness import run_world, spawn
     from rpc_harness.explore import Attempt, explore_runs
+    from rpc_harness.scenario import make_config, resolve, world_names
 
     from . import races
 
@@ -684,24 +695,52 @@ def exhaustive_search(cap: int) -> dict[str, Any]:
             return Attempt(seed, schedule, world, not world.ok)
         return run
 
+    def counted(found: Any, started: float) -> dict[str, Any]:
+        return {"schedules": len(found.attempts), "exhausted": found.exhausted, "verdict": found.verdict(),
+                "checks": found.checks, "seconds": time.perf_counter() - started}
+
     rows = []
     for senders in (2, 3):
         row: dict[str, Any] = {"program": f"{senders} messages to one rank"}
         for strategy in ("dpor", "dfs"):
             started = time.perf_counter()
             found = explore_runs(runner(races.collector_worker, senders + 1, (senders + 1,)), seed=1,
-                                 schedules=cap, strategy=strategy, shrink=False)
-            row[strategy] = {"schedules": len(found.attempts), "exhausted": found.exhausted,
-                             "verdict": found.verdict(), "seconds": time.perf_counter() - started}
+                                 schedules=cap if strategy == "dpor" else naive_cap, strategy=strategy, shrink=False)
+            row[strategy] = counted(found, started)
             print(f"  {row['program']}, {strategy}: {found.verdict()}", flush=True)
         rows.append(row)
+    ps = resolve("ps")
+    config, names = make_config(ps, PS_EXPLORED), world_names(ps, 3)
+    steps: list[int] = []
+
+    def run_ps(seed: int, schedule: str) -> Attempt:
+        world = run_world(ps.entry, names=names, args=(config,), seed=seed, schedule=schedule, deadline=120,
+                          check=False, failpoints=ps.failpoints)
+        steps.append(len(world.schedule))
+        return Attempt(seed, schedule, world, not world.ok)
+
+    started = time.perf_counter()
+    found = explore_runs(run_ps, seed=1, schedules=ps_cap, strategy="dpor", shrink=False)
+    label = "ps world, 2 trainers, 1 batch each"
+    rows.append({"program": label, "dpor": counted(found, started), "steps": max(steps)})
+    print(f"  {label}, dpor: {found.verdict()} (worlds of up to {max(steps)} steps)", flush=True)
     for label, entry, nprocs, args, says in race_programs():
         found = explore_runs(runner(entry, nprocs, args), seed=1, schedules=cap, strategy="dpor", shrink=False)
         failed = found.found is not None and says in found.found.world.report()  # type: ignore[union-attr]
-        rows.append({"program": label, "dpor": {"schedules": len(found.attempts), "failed": failed,
-                                                "verdict": found.verdict()}})
+        row = {"program": label, "dpor": {"schedules": len(found.attempts), "failed": failed,
+                                          "verdict": found.verdict()}}
+        for strategy in ("random", "pct:3"):
+            counts: list[int | None] = []
+            for start in range(1, seeds + 1):
+                sampled = explore_runs(runner(entry, nprocs, args), seed=start * 1000, schedules=sample_cap,
+                                       strategy=strategy, shrink=False)
+                hit = sampled.found is not None and says in sampled.found.world.report()  # type: ignore[union-attr]
+                counts.append(len(sampled.attempts) if hit else None)
+            row[strategy] = {**summarize_counts(counts, sample_cap), "seeds": seeds, "cap": sample_cap}
+            print(f"  {label}, {strategy}: {_until(row[strategy])}", flush=True)
+        rows.append(row)
         print(f"  {label}, dpor: {found.verdict()}", flush=True)
-    return {"cap": cap, "rows": rows}
+    return {"cap": cap, "naive_cap": naive_cap, "seeds": seeds, "sample_cap": sample_cap, "rows": rows}
 
 
 def reused_schedules(count: int) -> dict[str, Any]:
@@ -803,7 +842,8 @@ def run_bench(
         figures["schedule_cost"] = schedule_cost(3 if quick else 10)
         figures["until_failure"] = schedules_until_failure(5 if quick else 20, 3 if quick else 5)
     if "exhaustive" in only:
-        figures["exhaustive"] = exhaustive_search(30 if quick else 300)
+        figures["exhaustive"] = exhaustive_search(30 if quick else 300, 30 if quick else 100, 10 if quick else 100,
+                                                  2 if quick else 5, 5 if quick else 20)
         figures["reused_schedules"] = reused_schedules(20 if quick else 100)
     if "scenarios" in only and not (quick and only == SECTIONS):
         figures["scenarios"] = scenario_rates(scenarios, per_call)
@@ -923,13 +963,16 @@ def table(figures: dict[str, Any]) -> str:
     exhaustive = figures.get("exhaustive")
     if exhaustive:
         lines.append("")
-        lines.append(f"Exhaustive exploration (DPOR with sleep sets; the naive search cut at {exhaustive['cap']:,}):")
+        lines.append(f"Exhaustive exploration (DPOR with sleep sets, cut at {exhaustive['cap']:,}; the naive search "
+                     f"cut at {exhaustive['naive_cap']:,}; the random walk and PCT from {exhaustive['seeds']} seeds, "
+                     f"at most {exhaustive['sample_cap']} worlds each):")
         lines.append("")
-        lines.append("| world | DPOR | naive search |")
-        lines.append("|---|---|---|")
+        lines.append("| world | DPOR | naive search | random: worlds until it fails | pct:3 |")
+        lines.append("|---|---|---|---|---|")
         for row in exhaustive["rows"]:
             naive = row.get("dfs", {}).get("verdict", "")
-            lines.append(f"| {row['program']} | {row['dpor']['verdict']} | {naive} |")
+            sampled = [_until(row[k]) if k in row else "" for k in ("random", "pct:3")]
+            lines.append(f"| {row['program']} | {row['dpor']['verdict']} | {naive} | {sampled[0]} | {sampled[1]} |")
     reused = figures.get("reused_schedules")
     if reused:
         lines.append("")
