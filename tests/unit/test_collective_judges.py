@@ -412,3 +412,19 @@ def test_the_bound_of_an_empty_tensor_is_empty():
     assert bound.shape == (0, 3) and bound.dtype == torch.float64
     assert torch.equal(_collective.reassociation_bound(torch.tensor([3.0]), terms=1, fan_in=1, unit=0.5),
                        torch.tensor([2 * 2 * 0.5 * 3.0], dtype=torch.float64))
+
+
+def test_parameters_and_gradients_are_copies_by_name_and_only_existing_gradients():
+    model = _TwoLayers()
+    model.used(torch.ones(1, 2)).sum().backward()
+    params, grads = _collective.parameters(model), _collective.gradients(model)
+    assert list(params) == ["frozen", "used.weight", "used.bias", "unused.weight", "unused.bias"]
+    assert list(grads) == ["used.weight", "used.bias"]  # the unused branch has none: absent, as in the baseline
+    assert torch.equal(params["used.weight"], torch.tensor([[1.0, -2.0]]))
+    assert torch.equal(grads["used.weight"], torch.ones(1, 2)) and torch.equal(grads["used.bias"], torch.ones(1))
+    assert not params["used.weight"].requires_grad and not grads["used.bias"].requires_grad
+    with torch.no_grad():
+        model.used.weight.add_(1.0)
+        model.used.weight.grad.add_(1.0)
+    assert torch.equal(params["used.weight"], torch.tensor([[1.0, -2.0]])), "a copy, not the parameter itself"
+    assert torch.equal(grads["used.weight"], torch.ones(1, 2)), "a copy, not the gradient itself"
