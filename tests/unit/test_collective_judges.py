@@ -334,6 +334,11 @@ def test_the_magnitude_sums_each_samples_absolute_gradient_scaled_one_sample_at_
     assert torch.equal(total["used.bias"], residuals.abs().sum().reshape(1))  # 5.5, not |1.5 - 1.5 - 2.5|
     assert total["used.weight"].dtype == torch.float64
     assert torch.equal(total["unused.weight"], torch.zeros(1, 2, dtype=torch.float64))
+    # Targets of one number a sample (class labels): each is made a batch of one along dim 0.
+    labels = _collective.per_sample_magnitude(model, squared, inputs, targets.squeeze(1), 0.5)
+    assert torch.equal(labels["used.weight"], expected_w)
+    with pytest.raises(ValueError):  # a batch whose inputs and targets differ in length is refused
+        _collective.per_sample_magnitude(model, squared, inputs, targets[:2], 0.5)
 
 
 def within(actual, expected, bounds, **options):
