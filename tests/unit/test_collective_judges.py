@@ -356,6 +356,10 @@ def test_compare_within_names_a_tensor_missing_on_either_side_or_of_another_shap
     assert all((m.scenario, m.step, m.rank, m.seed, m.what) == ("s", 1, "r", 7, "gradient") for m in bad)
     assert all((m.max_abs, m.max_rel, m.atol, m.rtol) == (float("inf"), float("inf"), 0.25, 0.5) for m in bad)
     assert (diff, ratio) == (0.0, 0.0)
+    # What was compared is named on every kind of line, not only on a gradient's.
+    bad = _collective.compare_within(actual, expected, bounds, scenario="s", step=1, rank="r", seed=7,
+                                     what="parameter")[2]
+    assert [m.what for m in bad] == ["parameter"] * 3
 
 
 def test_compare_within_allows_no_difference_where_the_bound_is_zero_and_counts_empty_tensors():
