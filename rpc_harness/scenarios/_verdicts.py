@@ -43,6 +43,12 @@ def reporter(world: WorldResult, origin: Any) -> Any:
     return origin if origin in reported else (reported[0] if reported else None)
 
 
+def first_line(error: str | None) -> str:
+    """An error's first line, cut at 160 characters, for a rank that raised
+    with no error text too (``splitlines()[0]`` of its "" raised IndexError)."""
+    return (error or "(no error text)").partition("\n")[0][:160]
+
+
 def ending(rank: Any) -> list[Any]:
     """The kills and raises that fired in ``rank``: what ended it (a delay
     that fired before them ends nothing, and does not make it the first)."""
@@ -93,7 +99,7 @@ def collective_contract(world: WorldResult, step: str | None = None) -> Verdict:
     if told is not None and told is not first:
         note += f" (reported by {told.name}, which called it)"
     if after:
-        note += "; after it, " + "; ".join(f"{r.name} raised {(r.error or '').splitlines()[0][:160]}"
+        note += "; after it, " + "; ".join(f"{r.name} raised {first_line(r.error)}"
                                            for r in after)
     stopped = [r.name for r in world.ranks if r.status == STOPPED]
     if stopped:

@@ -334,6 +334,11 @@ def test_the_magnitude_sums_each_samples_absolute_gradient_scaled_one_sample_at_
     assert torch.equal(total["used.bias"], residuals.abs().sum().reshape(1))  # 5.5, not |1.5 - 1.5 - 2.5|
     assert total["used.weight"].dtype == torch.float64
     assert torch.equal(total["unused.weight"], torch.zeros(1, 2, dtype=torch.float64))
+    # Targets of one number a sample (class labels): each is made a batch of one along dim 0.
+    labels = _collective.per_sample_magnitude(model, squared, inputs, targets.squeeze(1), 0.5)
+    assert torch.equal(labels["used.weight"], expected_w)
+    with pytest.raises(ValueError):  # a batch whose inputs and targets differ in length is refused
+        _collective.per_sample_magnitude(model, squared, inputs, targets[:2], 0.5)
 
 
 def within(actual, expected, bounds, **options):
@@ -351,6 +356,10 @@ def test_compare_within_names_a_tensor_missing_on_either_side_or_of_another_shap
     assert all((m.scenario, m.step, m.rank, m.seed, m.what) == ("s", 1, "r", 7, "gradient") for m in bad)
     assert all((m.max_abs, m.max_rel, m.atol, m.rtol) == (float("inf"), float("inf"), 0.25, 0.5) for m in bad)
     assert (diff, ratio) == (0.0, 0.0)
+    # What was compared is named on every kind of line, not only on a gradient's.
+    bad = _collective.compare_within(actual, expected, bounds, scenario="s", step=1, rank="r", seed=7,
+                                     what="parameter")[2]
+    assert [m.what for m in bad] == ["parameter"] * 3
 
 
 def test_compare_within_allows_no_difference_where_the_bound_is_zero_and_counts_empty_tensors():
@@ -412,3 +421,19 @@ def test_the_bound_of_an_empty_tensor_is_empty():
     assert bound.shape == (0, 3) and bound.dtype == torch.float64
     assert torch.equal(_collective.reassociation_bound(torch.tensor([3.0]), terms=1, fan_in=1, unit=0.5),
                        torch.tensor([2 * 2 * 0.5 * 3.0], dtype=torch.float64))
+
+
+def test_parameters_and_gradients_are_copies_by_name_and_only_existing_gradients():
+    model = _TwoLayers()
+    model.used(torch.ones(1, 2)).sum().backward()
+    params, grads = _collective.parameters(model), _collective.gradients(model)
+    assert list(params) == ["frozen", "used.weight", "used.bias", "unused.weight", "unused.bias"]
+    assert list(grads) == ["used.weight", "used.bias"]  # the unused branch has none: absent, as in the baseline
+    assert torch.equal(params["used.weight"], torch.tensor([[1.0, -2.0]]))
+    assert torch.equal(grads["used.weight"], torch.ones(1, 2)) and torch.equal(grads["used.bias"], torch.ones(1))
+    assert not params["used.weight"].requires_grad and not grads["used.bias"].requires_grad
+    with torch.no_grad():
+        model.used.weight.add_(1.0)
+        model.used.weight.grad.add_(1.0)
+    assert torch.equal(params["used.weight"], torch.tensor([[1.0, -2.0]])), "a copy, not the parameter itself"
+    assert torch.equal(grads["used.weight"], torch.ones(1, 2)), "a copy, not the gradient itself"

@@ -350,3 +350,12 @@ def test_collective_every_problem_is_named_and_a_killed_origin_is_its_own_report
     verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=plan))
     assert verdict.ok and verdict.note == (f"worker1 killed as planned at ddp.step #2, ddp.step #3; after it, "
                                            f"worker0 raised RuntimeError: {injected}; worker2 stopped by the harness")
+
+
+def test_collective_every_follower_is_named_even_one_that_raised_with_no_error_text():
+    ranks = [outcome(0, "worker0", RAISED, error=None), outcome(1, "worker1", KILLED,
+                                                              events=[fired(1, KILL, "kill", "ddp.step", 3)]),
+             outcome(2, "worker2", RAISED, error="RuntimeError: closed\nmore")]
+    verdict = _verdicts.collective_contract(world(("worker0", "worker1", "worker2"), ranks, faults=KILL))
+    assert verdict.ok and verdict.note == ("worker1 killed as planned at ddp.step #3; after it, worker0 raised (no error text); "
+                                           "worker2 raised RuntimeError: closed")
