@@ -702,3 +702,40 @@ def test_a_schedule_that_runs_otherwise_the_second_time_is_not_deterministic():
     assert found.checks == 1 and len(found.attempts) == 2 and len(model.calls) == 3
     assert found.nondeterministic.startswith("step 0: the tasks that could run were {r1, r2, r3} the first time, "
                                              "{r1, r2, r3, r4} the second")
+
+
+def test_explore_searches_exhaustively_with_dpor_or_dfs_but_refuses_one_branchs_schedule(worlds):
+    for strategy in ("dpor", "dfs"):
+        found = explore("programs.echo:echo", 2, strategy=strategy, schedules=1, preemptions=0, seconds=60)
+        assert found.exhaustive and found.strategy == strategy and worlds[-1][3]["schedule"].startswith("dpor:")
+    calls = len(worlds)
+    branch = S.branch_schedule(("keeper", "caller1"))
+    with pytest.raises(rpc_harness.WorldSpecError) as refused:
+        explore("programs.echo:echo", 2, strategy=branch)
+    assert str(refused.value) == (f"explore(): strategy {branch!r} explores nothing; use controlled, random, pct:D, "
+                                  "dpor or dfs")
+    assert len(worlds) == calls
+
+
+@pytest.mark.parametrize("preemptions", [-1, True, 1.5, "2"])
+def test_explore_refuses_preemptions_that_are_not_a_whole_number_from_zero(worlds, preemptions):
+    with pytest.raises(rpc_harness.WorldSpecError) as refused:
+        explore("programs.echo:echo", 2, strategy="dpor", preemptions=preemptions)
+    assert str(refused.value) == (f"explore(): invalid preemptions {preemptions!r}; use a whole number >= 0, "
+                                  "or None")
+    assert worlds == []
+
+
+@pytest.mark.parametrize("seconds", [0, -1.5, True, "5", float("nan")])
+def test_explore_refuses_seconds_that_are_not_a_positive_number(worlds, seconds):
+    with pytest.raises(rpc_harness.WorldSpecError) as refused:
+        explore("programs.echo:echo", 2, strategy="dpor", seconds=seconds)
+    assert str(refused.value) == f"explore(): invalid seconds {seconds!r}; use a number of seconds > 0, or None"
+    assert worlds == []
+
+
+def test_explore_takes_no_preemption_bound_and_a_fraction_of_a_second(worlds):
+    for preemptions, seconds in ((None, 0.5), (0, None), (3, 2)):
+        found = explore("programs.echo:echo", 2, strategy="dfs", schedules=1, preemptions=preemptions,
+                        seconds=seconds)
+        assert found.exhaustive
