@@ -366,6 +366,9 @@ def explore(
                                 or not seconds > 0):
         raise WorldSpecError(f"explore(): invalid seconds {seconds!r}; use a number of seconds > 0, or None")
 
+    size = (world_size or 1) if spawn else world_size  # a spawned program's nprocs
+    # Every input checked before any world, named as explore()'s.
+    make_spec(entry, size, names=names, args=args, kwargs=kwargs, spawned=spawn, where="explore()", **options)
     if not isinstance(reuse, bool):
         raise WorldSpecError(f"explore(): invalid reuse {reuse!r}; use True or False")
     if reuse and spawn:
@@ -386,12 +389,12 @@ def explore(
             world = _run_entry(pool, make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
                                                where="explore()", **dict(options, seed=world_seed, schedule=schedule)))
         elif spawn:
-            world = spawn_world(entry, args=args, nprocs=world_size or 1, kwargs=kwargs, names=names,
+            world = spawn_world(entry, args=args, nprocs=size, kwargs=kwargs, names=names,
                                 seed=world_seed, schedule=schedule, check=False, **options)
         else:
-            world = run_world(entry, world_size, names=names, args=args, kwargs=kwargs, seed=world_seed,
+            world = run_world(entry, size, names=names, args=args, kwargs=kwargs, seed=world_seed,
                               schedule=schedule, check=False, **options)
-        return Attempt(world_seed, schedule, world, not world.ok, world_signature(world) if not world.ok else ())
+        return Attempt(world_seed, schedule, world, not world.ok, world_signature(world))  # (passed: empty)
 
     try:
         found = explore_runs(run, seed=seed, schedules=schedules, strategy=strategy, shrink=shrink,
@@ -402,7 +405,7 @@ def explore(
             pool.close()
     best = found.shrunk or found.found
     if best is not None:
-        spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
+        spec = make_spec(entry, size, names=names, args=args, kwargs=kwargs,
                          spawned=spawn, where="explore()", **dict(options, seed=best.seed,
                                                                     schedule=found.replay_schedule))
         token = world_token(spec, reused=reuse)  # replayed as it ran: in a reused world, its rules checked

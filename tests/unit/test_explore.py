@@ -739,3 +739,33 @@ def test_explore_takes_no_preemption_bound_and_a_fraction_of_a_second(worlds):
         found = explore("programs.echo:echo", 2, strategy="dfs", schedules=1, preemptions=preemptions,
                         seconds=seconds)
         assert found.exhaustive
+
+
+def test_explore_passes_its_search_and_its_bounds_on(worlds, monkeypatch):
+    given = []
+
+    def search(run, **bounds):
+        given.append(bounds)
+        return Exploration(bounds["strategy"])
+
+    monkeypatch.setattr(sys.modules[Attempt.__module__], "explore_runs", search)
+    explore("programs.echo:echo", 2, strategy="dpor", seed=4, schedules=7, shrink=False, shrink_runs=3,
+            preemptions=2, seconds=9.5, check_every=5)
+    assert given == [dict(seed=4, schedules=7, strategy="dpor", shrink=False, shrink_runs=3, preemptions=2,
+                          seconds=9.5, check_every=5)]
+
+
+
+def test_explore_refuses_a_bad_option_as_its_own_before_any_world(worlds):
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): invalid deadline -1; use seconds > 0"):
+        explore("programs.echo:echo", 2, deadline=-1)
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): a spawned program names its workers itself"):
+        explore("programs.echo:run_worker", 2, spawn=True, args=(2,), names="keeper")
+    assert worlds == []
+
+
+def test_a_spawned_program_explored_without_a_world_size_replays_as_one_process(worlds):
+    found = explore("programs.echo:run_worker", spawn=True, args=(1,), seed=12, schedules=1, shrink=False)
+    assert found.failed and worlds[0][2] == 1
+    token, line = found.replay
+    assert decode(token.split()[2]).world_size == 1 and "nprocs=1" in line
