@@ -769,3 +769,9 @@ def test_a_spawned_program_explored_without_a_world_size_replays_as_one_process(
     assert found.failed and worlds[0][2] == 1
     token, line = found.replay
     assert decode(token.split()[2]).world_size == 1 and "nprocs=1" in line
+
+
+def test_an_explored_failure_whose_arguments_a_token_cannot_carry_replays_by_its_python_line(worlds):
+    found = explore("worlds:timed_steps", 2, args=({3},), seed=12, schedules=1, shrink=False)
+    assert found.failed and len(found.replay) == 1
+    assert "rpc_harness.run_world('worlds:timed_steps'" in found.replay[0] and "args=({3},)" in found.replay[0]
