@@ -578,6 +578,13 @@ def test_a_wait_on_a_future_torch_made_is_part_of_the_step(waits, as_task):
     assert _gate.wait(future) == "value" and waited == [future] and scheduler.said() == []
 
 
+def test_a_wait_on_a_future_torch_made_in_cpp_is_part_of_the_step(scheduler, as_task):
+    as_task("t")
+    made = torch.futures.collect_all([])  # a torch._C.Future: no attributes of its own
+    assert not hasattr(made, "__dict__") and made.done()
+    assert _gate.wait(made) == [] and scheduler.said() == []
+
+
 def test_a_wait_on_a_future_made_of_others_waits_for_each_of_them_first(waits, as_task):
     scheduler, waited = waits
     as_task("t")
