@@ -115,7 +115,6 @@ class Gate:
         self._lock = threading.Lock()
         self._goes: dict[str, _Signal] = {}
         self._notified: dict[str, bool] = {}
-        self._calls = itertools.count(1)
         self._seq: dict[str, itertools.count] = {}
         self._cond_waiters: dict[int, list[str]] = {}
         self._threads: dict[str, int] = {}  # task -> the ident of the thread that runs it

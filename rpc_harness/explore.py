@@ -125,15 +125,14 @@ class Exploration:
     def verdict(self) -> str:
         """An exhaustive search's verdict, in one line: exhausted or not, and why."""
         count = f"{len(self.attempts):,} schedule{'s' if len(self.attempts) != 1 else ''}"
-        outcome = "failed" if self.found is not None else "none failed"
         if self.nondeterministic:
             return (f"not exhausted: the program is not deterministic under its schedule ({self.nondeterministic}); "
                     f"stopped after {count}")
         if self.found is not None:
             return f"a schedule failed after {count} of {self.strategy} search"
         if self.exhausted:
-            return f"exhausted: {count} ({self.strategy}), {outcome}"
-        return f"not exhausted: {'; '.join(self.cut_by)}; {count} ({self.strategy}), {outcome}"
+            return f"exhausted: {count} ({self.strategy}), none failed"
+        return f"not exhausted: {'; '.join(self.cut_by)}; {count} ({self.strategy}), none failed"
 
     def summary(self) -> list[str]:
         """A few lines: what was tried, whether control held, what failed,
@@ -218,19 +217,21 @@ def _search(run: Callable[[int, str], Attempt], *, seed: int, strategy: str, sch
     search = dpor.Search(reduce=strategy == "dpor", preemption_bound=preemptions)
     started = time.monotonic()
     while True:
+        # The next branch first: a bound the search has just reached, with
+        # no branch left, cut nothing (the search is exhausted).
+        branch = search.next()
+        if branch is None:
+            break
         if len(found.attempts) >= schedules:
             found.cut_by.append(f"schedule bound {schedules:,}")
             break
         if seconds is not None and time.monotonic() - started >= seconds:
             found.cut_by.append(f"time bound {seconds:g} s")
             break
-        branch = search.next()
-        if branch is None:
-            break
         attempt = run(seed, branch.schedule)
         found.attempts.append(attempt)
         steps = _controlled_steps(attempt)
-        if attempt.lost_at is not None and "lost control" not in " ".join(found.cut_by):
+        if attempt.lost_at is not None and not any("lost control" in cut for cut in found.cut_by):
             found.cut_by.append(f"a world lost control at step {attempt.lost_at} (its later steps ran free, "
                                 "unexplored)")
         if len(steps) < len(branch.prefix) and (attempt.failed or attempt.lost_at is not None):
@@ -267,7 +268,7 @@ def _search(run: Callable[[int, str], Attempt], *, seed: int, strategy: str, sch
 def _controlled_steps(attempt: Attempt) -> list[S.Step]:
     """The steps of a world the schedule chose (up to where it lost control)."""
     steps = attempt.world.schedule if attempt.world is not None else []
-    return steps[:attempt.lost_at] if attempt.lost_at is not None else steps
+    return steps[:attempt.lost_at]  # (None: every step)
 
 
 def _run_twice(run: Callable[[int, str], Attempt], seed: int, steps: Sequence[S.Step],
@@ -365,6 +366,9 @@ def explore(
                                 or not seconds > 0):
         raise WorldSpecError(f"explore(): invalid seconds {seconds!r}; use a number of seconds > 0, or None")
 
+    size = (world_size or 1) if spawn else world_size  # a spawned program's nprocs
+    # Every input checked before any world, named as explore()'s.
+    make_spec(entry, size, names=names, args=args, kwargs=kwargs, spawned=spawn, where="explore()", **options)
     if not isinstance(reuse, bool):
         raise WorldSpecError(f"explore(): invalid reuse {reuse!r}; use True or False")
     if reuse and spawn:
@@ -385,12 +389,12 @@ def explore(
             world = _run_entry(pool, make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
                                                where="explore()", **dict(options, seed=world_seed, schedule=schedule)))
         elif spawn:
-            world = spawn_world(entry, args=args, nprocs=world_size or 1, kwargs=kwargs, names=names,
+            world = spawn_world(entry, args=args, nprocs=size, kwargs=kwargs, names=names,
                                 seed=world_seed, schedule=schedule, check=False, **options)
         else:
-            world = run_world(entry, world_size, names=names, args=args, kwargs=kwargs, seed=world_seed,
+            world = run_world(entry, size, names=names, args=args, kwargs=kwargs, seed=world_seed,
                               schedule=schedule, check=False, **options)
-        return Attempt(world_seed, schedule, world, not world.ok, world_signature(world) if not world.ok else ())
+        return Attempt(world_seed, schedule, world, not world.ok, world_signature(world))  # (passed: empty)
 
     try:
         found = explore_runs(run, seed=seed, schedules=schedules, strategy=strategy, shrink=shrink,
@@ -401,7 +405,7 @@ def explore(
             pool.close()
     best = found.shrunk or found.found
     if best is not None:
-        spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs,
+        spec = make_spec(entry, size, names=names, args=args, kwargs=kwargs,
                          spawned=spawn, where="explore()", **dict(options, seed=best.seed,
                                                                     schedule=found.replay_schedule))
         token = world_token(spec, reused=reuse)  # replayed as it ran: in a reused world, its rules checked

@@ -177,7 +177,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "rpc_harness/trace.py": ["tests/unit/test_trace.py", "tests/unit/test_timeline.py"],
     "rpc_harness/timeline.py": ["tests/unit/test_timeline.py"],
-    "rpc_harness/_gate.py": ["tests/unit/test_gate.py"],
+    "rpc_harness/_gate.py": ["tests/unit/test_gate.py", "tests/unit/test_gate_waits.py"],
     "rpc_harness/_messages.py": [
         "tests/unit/test_gate.py",
         "tests/unit/test_lifecycle_leave.py",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import sys
 
 import pytest
 
@@ -15,6 +16,7 @@ import rpc_harness
 from rpc_harness import FaultPlan, WorldResult
 from rpc_harness import schedule as S
 from rpc_harness.explore import (
+    DEFAULT_CHECK_EVERY,
     DEFAULT_SHRINK_RUNS,
     Attempt,
     Exploration,
@@ -426,6 +428,12 @@ def test_explore_that_finds_nothing_has_no_replay_line(worlds):
     assert not found.failed and found.replay == []
 
 
+def test_explore_names_itself_in_the_refusal_of_a_strategy_it_cannot_read(worlds):
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): strategy: invalid schedule 'bogus'; use "):
+        explore("programs.echo:echo", 2, strategy="bogus")
+    assert worlds == []
+
+
 def test_explore_refuses_a_schedule_and_strategies_that_explore_nothing(worlds):
     with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): give the schedules to try as strategy="):
         explore("programs.echo:echo", 2, schedule="controlled")
@@ -435,3 +443,335 @@ def test_explore_refuses_a_schedule_and_strategies_that_explore_nothing(worlds):
                                                               r"controlled, random"):
             explore("programs.echo:echo", 2, strategy=strategy)
     assert worlds == []
+
+
+# -- exhaustive search (dpor, dfs): the branches it runs, its bounds, its verdict ----------------
+# The worlds are test_dpor's model of message passing, run under each
+# branch's own strategy, as a world runs it; a failure is the model's outcome.
+
+from rpc_harness._schedule import dpor, strategies  # noqa: E402
+
+from .test_dpor import APART, BANK, PIPELINE, THREE_TO_ONE, interleavings  # noqa: E402
+from .test_dpor import run as run_program  # noqa: E402
+from .test_dpor import search as search_directly  # noqa: E402
+
+
+def lost_update(outcome: tuple) -> bool:
+    """BANK's two deposits of 10 and 5, one of them lost."""
+    return dict(dict(outcome)[0]).get("balance") != 15
+
+
+class Program:
+    """Worlds of one model program: ``fails(outcome)`` says whether a world
+    failed; ``lose(run, steps)`` may give the step a world ran free from;
+    ``change(run)`` may give the program another world makes instead (a
+    program that is not deterministic under its schedule); ``lose`` is
+    also given how many steps the branch chooses."""
+
+    def __init__(self, program: dict[int, tuple], *, fails=lambda outcome: False, lose=None, change=None,
+                 problems=None) -> None:
+        self.program, self.fails, self.lose, self.change, self.problems = program, fails, lose, change, problems
+        self.calls: list[tuple[int, str]] = []
+        self.attempts: list[Attempt] = []
+        self.clock = 100.0  # (not 0: a clock read is not a duration)
+
+    def run(self, seed: int, schedule: str) -> Attempt:
+        self.clock += 1.0
+        self.calls.append((seed, schedule))
+        number = len(self.calls)
+        program = self.change(number) if self.change else None
+        taken, outcome, _ = run_program(program or self.program, strategies.make(S.parse(schedule), None).choose)
+        steps = [S.Step(index=i, rank=t.rank, worker=f"r{t.rank}", task=t.task, label="main", point=f"p{i}",
+                        ready=t.ready, cause=t.cause, timer=t.timer) for i, t in enumerate(taken)]
+        failed = self.fails(outcome)
+        prefix = len(S.parse(schedule).prefix) if schedule.startswith("dpor:") else 0
+        lost_at = self.lose(number, steps, prefix) if self.lose else None
+        names = tuple(f"r{rank}" for rank in sorted(self.program))
+        ranks = [RankOutcome(0, "r0", status="raised" if failed else "ok",
+                             error="AssertionError: lost update" if failed else None)]
+        ranks += [RankOutcome(rank, name) for rank, name in enumerate(names) if rank]
+        world = WorldResult(names=names, seed=seed, faults=FaultPlan(), deadline=5.0, ranks=ranks,
+                            schedule=steps, control_lost_at=lost_at, schedule_label="dpor",
+                            problems=list(self.problems(number) if self.problems else []))
+        attempt = Attempt(seed, schedule, world, not world.ok, world_signature(world) if not world.ok else ())
+        self.attempts.append(attempt)
+        return attempt
+
+
+def test_an_exhaustive_search_runs_every_branch_of_one_seed_and_says_it_exhausted_them():
+    model = Program(THREE_TO_ONE)
+    found = explore_runs(model.run, seed=3, schedules=1000, strategy="dpor", check_every=0)
+    _, direct = search_directly(THREE_TO_ONE)
+    assert len(found.attempts) == direct.runs == len(model.calls) and direct.runs > 1
+    assert {seed for seed, _ in model.calls} == {3}, "every branch is a schedule of the seed given"
+    assert all(schedule.startswith("dpor:") for _, schedule in model.calls)
+    assert len(set(found.digests)) == len(found.attempts), "each branch a different interleaving"
+    assert found.exhaustive and found.exhausted and found.cut_by == [] and not found.failed
+    assert found.redundant == direct.redundant and found.checks == 0
+    assert all(a.world is None for a in found.attempts), "passing worlds are forgotten"
+    verdict = f"exhausted: {direct.runs} schedules (dpor), none failed"
+    assert found.verdict() == verdict
+    assert found.summary() == [f"explored {direct.runs} dpor schedule(s), {direct.runs} distinct: {direct.runs} ran "
+                               "controlled to the end", verdict]
+
+
+def test_the_naive_exhaustive_search_runs_every_interleaving():
+    model = Program(THREE_TO_ONE)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dfs", check_every=0)
+    assert len(found.attempts) == interleavings(THREE_TO_ONE) > search_directly(THREE_TO_ONE)[1].runs
+    assert found.exhausted and found.verdict().startswith(f"exhausted: {len(found.attempts)} schedules (dfs)")
+
+
+def test_an_exhaustive_search_stops_at_the_first_failure_and_never_calls_that_exhausted():
+    model = Program(BANK, fails=lost_update)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0, shrink=False)
+    assert found.failed and found.found is model.attempts[-1] and found.found.world is not None
+    assert [a.failed for a in found.attempts] == [False] * (len(found.attempts) - 1) + [True]
+    assert not found.exhausted and found.cut_by == []
+    count = len(found.attempts)
+    assert found.verdict() == f"a schedule failed after {count} schedule{'s' if count > 1 else ''} of dpor search"
+    assert found.summary()[1] == found.verdict()
+    # It replays: its schedule, run again, fails the same way.
+    again = model.run(0, found.replay_schedule)
+    assert again.failed and again.signature == found.found.signature
+
+
+def test_a_schedule_bound_cuts_the_search_and_says_so():
+    found = explore_runs(Program(THREE_TO_ONE).run, seed=0, schedules=2, strategy="dpor", check_every=0)
+    assert len(found.attempts) == 2 and found.cut_by == ["schedule bound 2"] and not found.exhausted
+    assert found.verdict() == "not exhausted: schedule bound 2; 2 schedules (dpor), none failed"
+    one = explore_runs(Program(THREE_TO_ONE).run, seed=0, schedules=1, strategy="dpor", check_every=0)
+    assert one.verdict() == "not exhausted: schedule bound 1; 1 schedule (dpor), none failed"
+    big = explore_runs(Program(THREE_TO_ONE).run, seed=0, schedules=1234, strategy="dfs", check_every=0)
+    assert big.exhausted, "a bound the search did not reach cuts nothing"
+    failed = explore_runs(Program(BANK, fails=lost_update).run, seed=0, schedules=1, strategy="dfs",
+                          check_every=0)
+    assert failed.verdict().endswith("1 schedule (dfs), none failed") and failed.cut_by == ["schedule bound 1"]
+
+
+def test_a_time_bound_cuts_the_search_once_its_seconds_have_passed(monkeypatch):
+    explore_module = sys.modules[Attempt.__module__]  # (rpc_harness.explore is also the function's name)
+    model = Program(THREE_TO_ONE)
+
+    class Clock:  # one second per world
+        @staticmethod
+        def monotonic() -> float:
+            return model.clock
+
+    monkeypatch.setattr(explore_module, "time", Clock)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", seconds=2, check_every=0)
+    assert len(found.attempts) == 2, "cut when 2 s have passed, not after"
+    assert found.cut_by == ["time bound 2 s"] and not found.exhausted
+    assert found.verdict() == "not exhausted: time bound 2 s; 2 schedules (dpor), none failed"
+    model.clock = 100.0
+    assert len(explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", seconds=2.5,
+                            check_every=0).attempts) == 3
+
+
+def test_a_preemption_bound_leaves_branches_out_and_the_verdict_says_how_many():
+    _, direct = search_directly(PIPELINE, preemption_bound=0)
+    assert direct.cut > 0 and direct.runs > 2
+    found = explore_runs(Program(PIPELINE).run, seed=0, schedules=1000, strategy="dpor", preemptions=0,
+                         check_every=0)
+    assert len(found.attempts) == direct.runs and not found.exhausted
+    assert found.cut_by == [f"preemption bound 0 (left out {direct.cut:,} branch(es))"]
+    # It comes first, before what else cut the search.
+    both = explore_runs(Program(APART).run, seed=0, schedules=2, strategy="dfs", preemptions=0, check_every=0)
+    assert both.cut_by == ["preemption bound 0 (left out 3 branch(es))", "schedule bound 2"]
+    assert both.verdict() == ("not exhausted: preemption bound 0 (left out 3 branch(es)); schedule bound 2; "
+                              "2 schedules (dfs), none failed")
+    assert explore_runs(Program(PIPELINE).run, seed=0, schedules=1000, strategy="dpor", preemptions=1,
+                        check_every=0).exhausted, "a bound no branch needed more than cut nothing"
+
+
+def test_a_schedule_bound_the_search_just_reached_cut_nothing():
+    _, direct = search_directly(THREE_TO_ONE)
+    found = explore_runs(Program(THREE_TO_ONE).run, seed=0, schedules=direct.runs, strategy="dpor", check_every=0)
+    assert len(found.attempts) == direct.runs and found.cut_by == [] and found.exhausted
+    assert found.verdict() == f"exhausted: {direct.runs} schedules (dpor), none failed"
+
+
+def test_a_world_that_lost_control_cuts_the_search_once():
+    model = Program(PIPELINE, lose=lambda number, steps, prefix: {1: 7, 3: 8}.get(number))
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0)
+    assert [a.lost_at for a in found.attempts][:4] == [7, None, 8, None] and len(found.attempts) > 4
+    assert found.cut_by == ["a world lost control at step 7 (its later steps ran free, unexplored)"]
+    assert not found.exhausted and not found.nondeterministic and not found.failed
+    assert found.verdict() == ("not exhausted: a world lost control at step 7 (its later steps ran free, "
+                               f"unexplored); {len(found.attempts)} schedules (dpor), none failed")
+
+
+def test_a_first_world_that_lost_control_at_its_first_step_leaves_nothing_explored_and_says_so():
+    # Step 0 is a step: a world free from it showed no choice to explore.
+    model = Program(PIPELINE, lose=lambda number, steps, prefix: 0 if number == 1 else None)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0)
+    assert len(found.attempts) == 1 and found.attempts[0].lost_at == 0 and not found.exhausted
+    assert found.cut_by == ["a world lost control at step 0 (its later steps ran free, unexplored)"]
+    assert found.summary() == [
+        "explored 1 dpor schedule(s), 1 distinct: 0 ran controlled to the end, 1 lost control (at step 0: seed 0)",
+        "not exhausted: a world lost control at step 0 (its later steps ran free, unexplored); 1 schedule (dpor), "
+        "none failed"]
+
+
+def test_a_world_that_ran_free_before_its_branchs_choices_is_skipped_not_taken_for_a_changed_program():
+    # Its steps say nothing of the branch: the search goes on to the next one.
+    model = Program(PIPELINE, lose=lambda number, steps, prefix: 0 if number == 2 else None)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0)
+    assert not found.nondeterministic and found.found is None
+    assert len(found.attempts) > 2 and found.attempts[1].lost_at == 0 and found.attempts[1].world is None
+    assert found.cut_by == ["a world lost control at step 0 (its later steps ran free, unexplored)"]
+
+
+def test_a_world_that_ran_free_right_after_its_branchs_choices_is_recorded_and_checked():
+    # Its steps take every choice of its branch: what it showed is the branch's.
+    lost: list[tuple[str, ...]] = []
+
+    def lose(number, steps, prefix):
+        """The first branch that chooses some steps, not all, runs free
+        right after them; so does its check (a run of the same steps)."""
+        chosen = tuple(s.task for s in steps[:prefix])
+        if not lost and 0 < prefix < len(steps):
+            lost.append(chosen)
+        return prefix if lost and chosen == lost[0] else None
+
+    model = Program(PIPELINE, lose=lose)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=1)
+    free = [a for a in found.attempts if a.lost_at is not None]
+    assert len(free) == 1 and free[0].lost_at == len(lost[0])
+    assert found.checks == len(found.attempts) and not found.nondeterministic, "every world recorded, and checked"
+
+
+def test_an_exhaustive_search_whose_first_attempt_failed_without_a_world_says_it_failed():
+    found = explore_runs(lambda seed, schedule: Attempt(seed, schedule, None, True, ("setup",)), seed=0,
+                         schedules=10, strategy="dpor")
+    assert found.failed and len(found.attempts) == 1 and not found.exhausted
+    assert found.verdict() == "a schedule failed after 1 schedule of dpor search"
+
+
+def test_a_world_that_failed_before_its_branchs_choices_is_the_searchs_finding():
+    model = Program(THREE_TO_ONE, fails=lambda outcome: len(model.calls) == 2,
+                    lose=lambda number, steps, prefix: 0 if number == 2 else None)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0, shrink=False)
+    assert found.found is model.attempts[1] and len(found.attempts) == 2 and not found.nondeterministic
+
+
+def test_a_world_that_shows_other_tasks_on_its_branch_is_not_deterministic_and_stops_the_search():
+    # From its second world on the program has a fourth caller: the tasks
+    # that could run at the branch's first step are not what they were.
+    fourth = {**THREE_TO_ONE, 4: (("call", 0, (("append", "log", 4),)),)}
+    model = Program(THREE_TO_ONE, change=lambda number: fourth if number > 1 else None)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0)
+    assert len(found.attempts) == 2 and not found.exhausted and found.found is None
+    assert found.nondeterministic.startswith("step 0: the tasks that could run were {r1, r2, r3} before, "
+                                             "{r1, r2, r3, r4} now")
+    assert found.verdict() == (f"not exhausted: the program is not deterministic under its schedule "
+                               f"({found.nondeterministic}); stopped after 2 schedules")
+
+
+def test_a_world_whose_schedule_diverged_is_not_deterministic():
+    diverged = "the schedule diverged at step 3: rank 1 did not take its turn"
+    model = Program(THREE_TO_ONE, problems=lambda number: ["other problem", diverged] if number == 2 else [])
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0)
+    assert found.nondeterministic == diverged and len(found.attempts) == 2 and not found.exhausted
+    # A world's other problems (a fault that never fired) fail it, and are not a divergence.
+    model = Program(THREE_TO_ONE, problems=lambda number: ["kill:r1@x never fired"] if number == 2 else [])
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=0, shrink=False)
+    assert found.found is model.attempts[1] and found.nondeterministic == ""
+
+
+def test_every_nth_schedule_is_run_twice_and_compared():
+    model = Program(THREE_TO_ONE)
+    found = explore_runs(model.run, seed=5, schedules=1000, strategy="dpor", check_every=2)
+    runs = len(found.attempts)
+    assert found.checks == runs // 2 and found.exhausted
+    assert len(model.calls) == runs + runs // 2 and {seed for seed, _ in model.calls} == {5}
+    # The second run of the 2nd schedule follows its steps one for one.
+    second = model.attempts[1]
+    assert model.calls[2][1] == dpor.Branch(tuple(s.task for s in model.attempts[2].world.schedule)).schedule \
+        if model.attempts[2].world is not None else True
+    assert model.attempts[2].world is None and second.world is None, "the check's world is forgotten too"
+    assert DEFAULT_CHECK_EVERY == 10
+    default = explore_runs(Program(THREE_TO_ONE).run, seed=0, schedules=1000, strategy="dfs")
+    assert default.checks == len(default.attempts) // 10 > 0
+
+
+def test_a_schedule_that_runs_otherwise_the_second_time_is_not_deterministic():
+    fourth = {**THREE_TO_ONE, 4: (("call", 0, (("append", "log", 4),)),)}
+    model = Program(THREE_TO_ONE, change=lambda number: fourth if number == 3 else None)
+    found = explore_runs(model.run, seed=0, schedules=1000, strategy="dpor", check_every=2)
+    assert found.checks == 1 and len(found.attempts) == 2 and len(model.calls) == 3
+    assert found.nondeterministic.startswith("step 0: the tasks that could run were {r1, r2, r3} the first time, "
+                                             "{r1, r2, r3, r4} the second")
+
+
+def test_explore_searches_exhaustively_with_dpor_or_dfs_but_refuses_one_branchs_schedule(worlds):
+    for strategy in ("dpor", "dfs"):
+        found = explore("programs.echo:echo", 2, strategy=strategy, schedules=1, preemptions=0, seconds=60)
+        assert found.exhaustive and found.strategy == strategy and worlds[-1][3]["schedule"].startswith("dpor:")
+    calls = len(worlds)
+    branch = S.branch_schedule(("keeper", "caller1"))
+    with pytest.raises(rpc_harness.WorldSpecError) as refused:
+        explore("programs.echo:echo", 2, strategy=branch)
+    assert str(refused.value) == (f"explore(): strategy {branch!r} explores nothing; use controlled, random, pct:D, "
+                                  "dpor or dfs")
+    assert len(worlds) == calls
+
+
+@pytest.mark.parametrize("preemptions", [-1, True, 1.5, "2"])
+def test_explore_refuses_preemptions_that_are_not_a_whole_number_from_zero(worlds, preemptions):
+    with pytest.raises(rpc_harness.WorldSpecError) as refused:
+        explore("programs.echo:echo", 2, strategy="dpor", preemptions=preemptions)
+    assert str(refused.value) == (f"explore(): invalid preemptions {preemptions!r}; use a whole number >= 0, "
+                                  "or None")
+    assert worlds == []
+
+
+@pytest.mark.parametrize("seconds", [0, -1.5, True, "5", float("nan")])
+def test_explore_refuses_seconds_that_are_not_a_positive_number(worlds, seconds):
+    with pytest.raises(rpc_harness.WorldSpecError) as refused:
+        explore("programs.echo:echo", 2, strategy="dpor", seconds=seconds)
+    assert str(refused.value) == f"explore(): invalid seconds {seconds!r}; use a number of seconds > 0, or None"
+    assert worlds == []
+
+
+def test_explore_takes_no_preemption_bound_and_a_fraction_of_a_second(worlds):
+    for preemptions, seconds in ((None, 0.5), (0, None), (3, 2)):
+        found = explore("programs.echo:echo", 2, strategy="dfs", schedules=1, preemptions=preemptions,
+                        seconds=seconds)
+        assert found.exhaustive
+
+
+def test_explore_passes_its_search_and_its_bounds_on(worlds, monkeypatch):
+    given = []
+
+    def search(run, **bounds):
+        given.append(bounds)
+        return Exploration(bounds["strategy"])
+
+    monkeypatch.setattr(sys.modules[Attempt.__module__], "explore_runs", search)
+    explore("programs.echo:echo", 2, strategy="dpor", seed=4, schedules=7, shrink=False, shrink_runs=3,
+            preemptions=2, seconds=9.5, check_every=5)
+    assert given == [dict(seed=4, schedules=7, strategy="dpor", shrink=False, shrink_runs=3, preemptions=2,
+                          seconds=9.5, check_every=5)]
+
+
+
+def test_explore_refuses_a_bad_option_as_its_own_before_any_world(worlds):
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): invalid deadline -1; use seconds > 0"):
+        explore("programs.echo:echo", 2, deadline=-1)
+    with pytest.raises(rpc_harness.WorldSpecError, match=r"^explore\(\): a spawned program names its workers itself"):
+        explore("programs.echo:run_worker", 2, spawn=True, args=(2,), names="keeper")
+    assert worlds == []
+
+
+def test_a_spawned_program_explored_without_a_world_size_replays_as_one_process(worlds):
+    found = explore("programs.echo:run_worker", spawn=True, args=(1,), seed=12, schedules=1, shrink=False)
+    assert found.failed and worlds[0][2] == 1
+    token, line = found.replay
+    assert decode(token.split()[2]).world_size == 1 and "nprocs=1" in line
+
+
+def test_an_explored_failure_whose_arguments_a_token_cannot_carry_replays_by_its_python_line(worlds):
+    found = explore("worlds:timed_steps", 2, args=({3},), seed=12, schedules=1, shrink=False)
+    assert found.failed and len(found.replay) == 1
+    assert "rpc_harness.run_world('worlds:timed_steps'" in found.replay[0] and "args=({3},)" in found.replay[0]
