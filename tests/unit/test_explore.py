@@ -451,7 +451,7 @@ def test_explore_refuses_a_schedule_and_strategies_that_explore_nothing(worlds):
 
 from rpc_harness._schedule import dpor, strategies  # noqa: E402
 
-from .test_dpor import APART, BANK, PIPELINE, THREE_TO_ONE, interleavings  # noqa: E402
+from .test_dpor import APART, BANK, BOTH_SLEEP, PIPELINE, THREE_TO_ONE, interleavings  # noqa: E402
 from .test_dpor import run as run_program  # noqa: E402
 from .test_dpor import search as search_directly  # noqa: E402
 
@@ -569,9 +569,11 @@ def test_a_time_bound_cuts_the_search_once_its_seconds_have_passed(monkeypatch):
 
 
 def test_a_preemption_bound_leaves_branches_out_and_the_verdict_says_how_many():
-    _, direct = search_directly(PIPELINE, preemption_bound=0)
+    # (A program whose races need a preemption under the finer dependence:
+    # the pipeline's no longer do, its steps' footprints apart.)
+    _, direct = search_directly(BOTH_SLEEP, preemption_bound=0)
     assert direct.cut > 0 and direct.runs > 2
-    found = explore_runs(Program(PIPELINE).run, seed=0, schedules=1000, strategy="dpor", preemptions=0,
+    found = explore_runs(Program(BOTH_SLEEP).run, seed=0, schedules=1000, strategy="dpor", preemptions=0,
                          check_every=0)
     assert len(found.attempts) == direct.runs and not found.exhausted
     assert found.cut_by == [f"preemption bound 0 (left out {direct.cut:,} branch(es))"]
@@ -580,7 +582,7 @@ def test_a_preemption_bound_leaves_branches_out_and_the_verdict_says_how_many():
     assert both.cut_by == ["preemption bound 0 (left out 3 branch(es))", "schedule bound 2"]
     assert both.verdict() == ("not exhausted: preemption bound 0 (left out 3 branch(es)); schedule bound 2; "
                               "2 schedules (dfs), none failed")
-    assert explore_runs(Program(PIPELINE).run, seed=0, schedules=1000, strategy="dpor", preemptions=1,
+    assert explore_runs(Program(BOTH_SLEEP).run, seed=0, schedules=1000, strategy="dpor", preemptions=1,
                         check_every=0).exhausted, "a bound no branch needed more than cut nothing"
 
 
