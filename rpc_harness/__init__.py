@@ -5,7 +5,7 @@ import torch in the forkserver, and ``pytest --help`` stays fast.
 """
 
 from ._cuda_fork import cuda_available
-from ._launcher import launch, preload, raise_for_failures, run_world, spawn
+from ._parent.launcher import launch, preload, raise_for_failures, run_world, spawn
 from .context import RankContext, current_context, failpoint, progress
 from .errors import (
     ControlLost,

@@ -93,7 +93,7 @@ class Exit:
 @dataclass(frozen=True)
 class Checked:
     """A reused world's rank after an entry: what it found left of it
-    (``rpc_harness._clean``), one line per broken rule; empty: clean."""
+    (``rpc_harness._rank.clean``), one line per broken rule; empty: clean."""
 
     problems: tuple[str, ...] = ()
 
@@ -103,7 +103,7 @@ ToSupervisor = Joined | ProgressReported | EntryDone | Value | ShutdownDone | Fr
 
 @dataclass(frozen=True)
 class RunEntry:
-    """A reused world (``rpc_harness._live``): run this entry now, with its
+    """A reused world (``rpc_harness._parent.live``): run this entry now, with its
     own seed, fault plan, deadline and schedule, then say :class:`EntryDone`
     (or :class:`Failed`) and wait for the next word. Under a controlled
     ``schedule`` the rank's gate opens for the entry alone: its tasks wait

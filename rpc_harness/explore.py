@@ -348,8 +348,8 @@ def explore(
     :func:`rpc_harness.run_world`. Nothing raises for a failing world: the
     :class:`Exploration` says what failed, how to read it and how to replay it.
     """
-    from ._launcher import run_world
-    from ._launcher import spawn as spawn_world
+    from ._parent.launcher import run_world
+    from ._parent.launcher import spawn as spawn_world
     from .errors import WorldSpecError
     from .spec import make_spec
 
@@ -376,7 +376,7 @@ def explore(
                              "that calls init_rpc and rpc.shutdown itself (spawn=True) needs a world of its own")
     pool = None
     if reuse:
-        from ._live import WorldPool, refusal
+        from ._parent.live import WorldPool, refusal
 
         refused = refusal(make_spec(entry, world_size, names=names, args=args, kwargs=kwargs, where="explore()",
                                     **dict(options, seed=seed)))

@@ -139,7 +139,7 @@ def check_isolate(value: Any, where: str) -> bool:
     return value
 
 
-# How a world's ranks meet in init_rpc (rpc_harness._rendezvous): through the
+# How a world's ranks meet in init_rpc (rpc_harness.rpc.rendezvous): through the
 # world's store, or through the Gloo group torch builds for it.
 RENDEZVOUS = {
     "store": "the default: the world's store does what torch's Gloo group does in init_rpc",

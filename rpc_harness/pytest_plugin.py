@@ -333,8 +333,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     and the test modules whose tests use ``rpc_world`` (and ``rpc_preload``),
     which every rank running one of their entries would import otherwise
     (measured: a 4-rank world ~60 % slower without)."""
-    from ._asserts import session_rewriting
-    from ._launcher import preload, rewrite_asserts, unimportable
+    from ._parent.launcher import preload, rewrite_asserts, unimportable
+    from ._rank.asserts import session_rewriting
 
     modules = {item.module.__name__ for item in session.items
                if _runs_worlds(item) and getattr(item, "module", None) is not None}
@@ -361,7 +361,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _asserts_key in config.stash:
-        from ._launcher import rewrite_asserts
+        from ._parent.launcher import rewrite_asserts
 
         rewrite_asserts(config.stash[_asserts_key])
     global _hypothesis_placed_by
@@ -398,8 +398,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def isolation_line() -> str:
     """Once per session: whether worlds get a network namespace of their own,
     and if not why, and what that means."""
-    from . import _netns
-    from ._launcher import ISOLATION_ENV, isolation_mode
+    from ._parent import netns as _netns
+    from ._parent.launcher import ISOLATION_ENV, isolation_mode
 
     try:
         mode = isolation_mode()
@@ -514,7 +514,7 @@ class RpcWorld:
     def _world(self, entry: Any, how: str, call: dict[str, Any], *, args: Sequence[Any],
                kwargs: Mapping[str, Any] | None, check: bool, on_progress: Any) -> WorldResult:
         __tracebackhide__ = True
-        from ._launcher import raise_for_failures
+        from ._parent.launcher import raise_for_failures
         from .entry import import_folder
         from .repro import python_call, replaying, world_token
         from .spec import make_spec
@@ -583,7 +583,7 @@ class RpcWorld:
 
     def _launch(self, spec: Any, *, on_progress: Any, on_interrupted: Callable[[WorldResult], None]) -> WorldResult:
         """Run one world of this test: a fresh one (``rpc_world``)."""
-        from ._launcher import launch
+        from ._parent.launcher import launch
 
         return launch(spec, on_progress=on_progress, on_interrupted=on_interrupted)
 
@@ -601,7 +601,7 @@ class ReusedRpcWorld(RpcWorld):
     """The ``rpc_world_module`` and ``rpc_world_session`` fixtures: ``run``
     as ``rpc_world``'s, each entry in the live world of its shape (size,
     names, options) that the module or session keeps, checked clean after
-    it (see ``rpc_harness._live``), a controlled schedule's too (from the
+    it (see ``rpc_harness._parent.live``), a controlled schedule's too (from the
     entry's start to its return). Worlds these cannot run (fuzzing, message
     faults, ``spawn``) are refused, by name."""
 
@@ -614,7 +614,7 @@ class ReusedRpcWorld(RpcWorld):
 
     def _refuse(self, spec: Any, sources: Mapping[str, str]) -> None:
         __tracebackhide__ = True
-        from ._live import refusal
+        from ._parent.live import refusal
         from .errors import WorldSpecError
 
         refused = refusal(spec)
@@ -657,7 +657,7 @@ def _pool() -> Iterator[Any]:
     """A pool of live worlds, every one closed when its scope ends (an
     interrupted session too: pytest tears fixtures down on Ctrl-C, which a
     SIGTERM becomes; ranks die with this process whatever happens)."""
-    from ._live import WorldPool
+    from ._parent.live import WorldPool
 
     pool = WorldPool()
     try:
@@ -723,7 +723,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             # The failure's own message (WorldFailed: the world's report)
             # holds its stacks already: a section repeats only its output.
             if rank.stacks and result is not raised:
-                from ._stacks import readable_stacks, show_harness_frames
+                from ._parent.stacks import readable_stacks, show_harness_frames
 
                 when = "at the deadline" if result.timed_out else "when the world was stopped"
                 stacks = readable_stacks(rank.stacks, harness_frames=show_harness_frames())[0]
@@ -795,7 +795,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
 def _thread_timeout(item: pytest.Item, settings: Any) -> None:
     from pytest_timeout import timeout_timer
 
-    from ._launcher import stacks_of_running_worlds
+    from ._parent.launcher import stacks_of_running_worlds
 
     terminal = item.config.get_terminal_writer()
     try:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _nvml
-from ._stacks import (
+from ._parent import nvml as _nvml
+from ._parent.stacks import (
     FRAMES_ENV,
     hide_traceback_frames,
     readable_stacks,
@@ -45,7 +45,7 @@ CUT_SHORT = "cut short by the world's end"
 UNFINISHED = "the program never got past the planned kill of"
 INTERRUPTED = "the world was stopped from outside"
 GROUP_NEVER_FORMED = "the default process group never formed"
-# An entry of a reused world broke one of its rules (rpc_harness._clean.RULES).
+# An entry of a reused world broke one of its rules (rpc_harness._rank.clean.RULES).
 DIRTY = "the entry left the reused world dirty"
 
 
@@ -163,7 +163,7 @@ class WorldResult:
     # of time, failed or lost a rank (rpc_harness.c10d.history.where_ranks_are).
     collectives: list[str] = field(default_factory=list)
     # A collective world ended at a rank's death or freeze: which rank, and
-    # why the others were stopped (rpc_harness._supervisor, "collective worlds").
+    # why the others were stopped (rpc_harness._parent.supervisor, "collective worlds").
     ended_by: str = ""
 
     @property

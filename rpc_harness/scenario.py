@@ -569,7 +569,7 @@ def run_scenario(
     """
     import time
 
-    from ._launcher import run_world
+    from ._parent.launcher import run_world
 
     started = time.monotonic()
     sc = resolve(scenario)

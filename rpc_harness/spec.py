@@ -178,7 +178,7 @@ def check_layers(options: WorldOptions, *, spawned: bool, where: str) -> None:
 def check_call_points(plan: FaultPlan, *, where: str) -> None:
     """Every ``call:package.module:Qualified.name`` of the plan must import
     and name a callable, here, before any rank tries."""
-    from ._callpoints import check_target
+    from ._rank.callpoints import check_target
 
     for fault in plan:
         if fault.point.startswith("call:"):

@@ -13,7 +13,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 import rpc_harness
-from rpc_harness._boot import rank_file
+from rpc_harness._rank.boot import rank_file
 
 # Where this module was imported: in the forkserver (which preloads it, as
 # the ini's rpc_preload asks), or in a rank that had to import it itself.
@@ -564,7 +564,7 @@ def ring_on_device(ctx, kill_rank=None, nvml=False):
         os.kill(os.getpid(), signal.SIGKILL)
     out = {"device": str(y.device), "value": y.cpu().tolist()}
     if nvml:
-        from rpc_harness import _nvml
+        from rpc_harness._parent import nvml as _nvml
 
         out["listed_by_nvml"] = os.getpid() in (_nvml.gpu_processes() or {})
     return out

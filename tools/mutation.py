@@ -84,8 +84,8 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_control_lost.py",
         "tests/unit/test_cli.py",
     ],
-    "rpc_harness/_asserts.py": ["tests/unit/test_asserts_parts.py", "tests/unit/test_asserts.py"],
-    "rpc_harness/_torch_check.py": [
+    "rpc_harness/_rank/asserts.py": ["tests/unit/test_asserts_parts.py", "tests/unit/test_asserts.py"],
+    "rpc_harness/_parent/torch_check.py": [
         "tests/unit/test_torch_check_pieces.py",
         "tests/unit/test_torch_check.py",
     ],
@@ -105,11 +105,11 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_schedule.py",
         "tests/unit/test_scheduler_model.py",
     ],
-    "rpc_harness/_schedule_link.py": ["tests/unit/test_schedule_core.py"],
-    "rpc_harness/_rendezvous.py": ["tests/unit/test_rendezvous.py"],
+    "rpc_harness/_parent/schedule_link.py": ["tests/unit/test_schedule_core.py"],
+    "rpc_harness/rpc/rendezvous.py": ["tests/unit/test_rendezvous.py"],
     # Only cut_short is tested without a world; the rest of _tally is held by
     # tests/world/test_fault_controls.py, which this tool does not run.
-    "rpc_harness/_tally.py": ["tests/unit/test_tally.py"],
+    "rpc_harness/_parent/tally.py": ["tests/unit/test_tally.py"],
     "rpc_harness/_schedule/dpor.py": ["tests/unit/test_dpor.py"],
     "rpc_harness/_schedule/strategies.py": [
         "tests/unit/test_dpor.py",
@@ -177,22 +177,22 @@ MODULES: dict[str, list[str]] = {
     ],
     "rpc_harness/trace.py": ["tests/unit/test_trace.py", "tests/unit/test_timeline.py"],
     "rpc_harness/timeline.py": ["tests/unit/test_timeline.py"],
-    "rpc_harness/_gate.py": ["tests/unit/test_gate.py", "tests/unit/test_gate_waits.py"],
+    "rpc_harness/_rank/gate.py": ["tests/unit/test_gate.py", "tests/unit/test_gate_waits.py"],
     "rpc_harness/_messages.py": [
         "tests/unit/test_gate.py",
         "tests/unit/test_lifecycle_leave.py",
         "tests/unit/test_schedule_core.py",
         "tests/unit/test_schedule.py",
     ],
-    "rpc_harness/_limits.py": ["tests/unit/test_limits.py"],
-    "rpc_harness/_nvml.py": ["tests/unit/test_nvml.py"],
+    "rpc_harness/_parent/limits.py": ["tests/unit/test_limits.py"],
+    "rpc_harness/_parent/nvml.py": ["tests/unit/test_nvml.py"],
     "rpc_harness/_cuda_fork.py": ["tests/unit/test_devices.py", "tests/unit/test_scenario_devices.py"],
     "rpc_harness/_devices.py": ["tests/unit/test_devices.py", "tests/unit/test_options.py"],
-    "rpc_harness/_stackdump.py": ["tests/unit/test_stackdump.py"],
-    "rpc_harness/_stacks.py": ["tests/unit/test_report_stacks.py", "tests/unit/test_stackdump.py"],
+    "rpc_harness/_rank/stackdump.py": ["tests/unit/test_stackdump.py"],
+    "rpc_harness/_parent/stacks.py": ["tests/unit/test_report_stacks.py", "tests/unit/test_stackdump.py"],
     "rpc_harness/_svg.py": ["tests/unit/test_plots.py", "tests/unit/test_timeline.py"],
-    "rpc_harness/_workdirs.py": ["tests/unit/test_launcher.py"],
-    "rpc_harness/_callpoints.py": ["tests/unit/test_fault_checks.py", "tests/unit/test_faults.py"],
+    "rpc_harness/_parent/workdirs.py": ["tests/unit/test_launcher.py"],
+    "rpc_harness/_rank/callpoints.py": ["tests/unit/test_fault_checks.py", "tests/unit/test_faults.py"],
     "rpc_harness/context.py": ["tests/unit/test_trace.py", "tests/unit/test_progress.py", "tests/unit/test_timeline.py"],
     "rpc_harness/entry.py": [
         "tests/unit/test_option_checks.py",
@@ -237,33 +237,33 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/c10d/record.py": ["tests/unit/test_c10d_history.py"],
     "rpc_harness/c10d/history.py": ["tests/unit/test_c10d_history.py"],
     # Partly pure (their unit tests), mostly reached through real worlds.
-    "rpc_harness/_launcher.py": [
+    "rpc_harness/_parent/launcher.py": [
         "tests/unit/test_launcher.py",
         "tests/unit/test_options.py",
         "tests/world/test_launcher.py",
         "tests/world/test_spawn.py",
     ],
-    "rpc_harness/_lifecycle.py": ["tests/unit/test_lifecycle_leave.py", "tests/world/test_spawn.py"],
-    "rpc_harness/_supervisor.py": [
+    "rpc_harness/_rank/lifecycle.py": ["tests/unit/test_lifecycle_leave.py", "tests/world/test_spawn.py"],
+    "rpc_harness/_parent/supervisor.py": [
         "tests/unit/test_stackdump.py",
         "tests/world/test_launcher.py",
         "tests/world/test_fault_controls.py",
     ],
-    "rpc_harness/_rpc_hooks.py": ["tests/unit/test_trace.py", "tests/world/test_trace.py"],
+    "rpc_harness/rpc/hooks.py": ["tests/unit/test_trace.py", "tests/world/test_trace.py"],
     "rpc_harness/pytest_plugin.py": [
         "tests/unit/test_options.py",
         "tests/unit/test_control_lost.py",
         "tests/world/test_plugin.py",
     ],
     # Reached only in a rank, in the forkserver, or through real worlds.
-    "rpc_harness/_boot.py": ["tests/world/test_launcher.py"],
-    "rpc_harness/_preload.py": ["tests/unit/test_launcher.py", "tests/world/test_launcher.py"],
-    "rpc_harness/_rank.py": ["tests/world/test_launcher.py", "tests/world/test_spawn.py"],
-    "rpc_harness/_stores.py": ["tests/world/test_launcher.py"],
-    "rpc_harness/_live.py": ["tests/world/test_reuse.py"],
-    "rpc_harness/_clean.py": ["tests/world/test_reuse.py"],
-    "rpc_harness/_msgfaults.py": ["tests/world/test_fault_controls.py"],
-    "rpc_harness/_netns.py": ["tests/world/test_isolation.py"],
+    "rpc_harness/_rank/boot.py": ["tests/world/test_launcher.py"],
+    "rpc_harness/_parent/preload.py": ["tests/unit/test_launcher.py", "tests/world/test_launcher.py"],
+    "rpc_harness/_rank/rank.py": ["tests/world/test_launcher.py", "tests/world/test_spawn.py"],
+    "rpc_harness/rpc/stores.py": ["tests/world/test_launcher.py"],
+    "rpc_harness/_parent/live.py": ["tests/world/test_reuse.py"],
+    "rpc_harness/_rank/clean.py": ["tests/world/test_reuse.py"],
+    "rpc_harness/rpc/msgfaults.py": ["tests/world/test_fault_controls.py"],
+    "rpc_harness/_parent/netns.py": ["tests/world/test_isolation.py"],
     "rpc_harness/interrupts.py": ["tests/world/test_interrupts.py"],
     "rpc_harness/c10d/hooks.py": ["tests/world/test_c10d_faults.py", "tests/world/test_c10d_reports.py"],
     "rpc_harness/c10d/group.py": ["tests/world/test_collectives.py"],
@@ -273,10 +273,13 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/__main__.py": [],
     "rpc_harness/_schedule/__init__.py": [],
     "rpc_harness/c10d/__init__.py": [],
+    "rpc_harness/_parent/__init__.py": [],
+    "rpc_harness/_rank/__init__.py": [],
+    "rpc_harness/rpc/__init__.py": [],
 }
 # The library: every module of these folders (not the scenarios nor the
 # apps, which the library never imports) must be in MODULES.
-LIBRARY = ("rpc_harness/*.py", "rpc_harness/_schedule/*.py", "rpc_harness/c10d/*.py")
+LIBRARY = tuple(f"rpc_harness/{folder}*.py" for folder in ("", "_parent/", "_rank/", "rpc/", "c10d/", "_schedule/"))
 
 
 def library_modules(root: Path = ROOT) -> list[str]:

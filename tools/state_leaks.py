@@ -26,7 +26,7 @@ import pytest
 # Not a test's doing: torch._dynamo wraps torch.manual_seed and sets the
 # inductor cache on first import; gymnasium imports pygame, which sets its
 # prompt variable; the launcher hands its forkserver settings through the
-# environment (rpc_harness._launcher.PRELOAD_ENV) before each world.
+# environment (rpc_harness._parent.launcher.PRELOAD_ENV) before each world.
 IGNORED = {"env TORCHINDUCTOR_CACHE_DIR", "env PYGAME_HIDE_SUPPORT_PROMPT", "env _RPC_HARNESS_FORKSERVER",
            "torch.manual_seed", "env PYTEST_CURRENT_TEST"}
 

@@ -10,9 +10,9 @@ process, pipe, thread or torch in it (tests/unit/test_layers.py keeps it so).
 
 What describes a schedule (its parsed form, its steps, the replay form) is
 public, in :mod:`rpc_harness.schedule`. The core's adapters are thin: the
-supervisor's (:mod:`rpc_harness._schedule_link`) carries the ranks'
+supervisor's (:mod:`rpc_harness._parent.schedule_link`) carries the ranks'
 messages to the scheduler and its decisions back; the rank's
-(:mod:`rpc_harness._gate`) stops each task at its scheduling points until
+(:mod:`rpc_harness._rank.gate`) stops each task at its scheduling points until
 the supervisor lets it go. docs/guides/schedules.md states the guarantees,
 and tests/unit/test_scheduler_model.py checks them against a model.
 """

@@ -33,7 +33,7 @@ It talks to the ranks through ``send`` alone and reads the wall clock
 through ``clock`` alone (for the steps' timings): no process, pipe or
 thread is in it, so a test drives it with fake tasks
 (tests/unit/test_scheduler_model.py). The supervisor's adapter is
-:mod:`rpc_harness._schedule_link`; the rank's is :mod:`rpc_harness._gate`.
+:mod:`rpc_harness._parent.schedule_link`; the rank's is :mod:`rpc_harness._rank.gate`.
 """
 
 from __future__ import annotations

@@ -588,7 +588,7 @@ def _replay_entry(repro: Repro, deadline: float) -> int:
         # An entry of a reused world: replayed in one, as the first entry of
         # a live world, whose rules are checked after it (in a fresh world a
         # broken rule passed, and read as a flaky test).
-        from rpc_harness._live import run_in_reused_world
+        from rpc_harness._parent.live import run_in_reused_world
         from rpc_harness.spec import make_spec
 
         del common["check"]

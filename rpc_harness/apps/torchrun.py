@@ -89,7 +89,7 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from rpc_harness import scenario as registry
-from rpc_harness._tally import unfired
+from rpc_harness._parent.tally import unfired
 from rpc_harness.c10d import group as c10d_group
 from rpc_harness.c10d import hooks as c10d_hooks
 from rpc_harness.c10d.history import history_path, where_ranks_are

@@ -1,5 +1,5 @@
 """What an entry of a reused collective world must leave behind, checked in
-each rank between entries (called by ``rpc_harness._clean``): the rules
+each rank between entries (called by ``rpc_harness._rank.clean``): the rules
 a collective world adds to an RPC world's.
 
 Read from what torch itself keeps (measured on torch 2.13, gloo): the

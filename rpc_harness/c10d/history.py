@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from .._boot import rank_file
+from .._rank.boot import rank_file
 from ..context import read_event_lines
 from .ops import OPS
 
 # Ops whose members must all give the same shapes and dtypes.
 _AGREE = {point for op in OPS if op.agree for point in op.points}
 DEFAULT_GROUP_DESC = "default_pg"
-HISTORY = "c10d"  # a rank's history is its rank file of this name (rpc_harness._boot.rank_file)
+HISTORY = "c10d"  # a rank's history is its rank file of this name (rpc_harness._rank.boot.rank_file)
 
 
 @dataclass

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import _stackdump
+from .._rank import stackdump as _stackdump
 from ..context import BEFORE_A_FAULT_ENDS, RankContext
 from .ops import OPS, PREFIX, Op
 from .record import History, describe_tensors

@@ -1,6 +1,6 @@
 """Nothing left on the GPU: after a CUDA world, killed ranks included, the
 number of compute processes NVML lists is back to what it was (issue 29,
-item 5). Read through NVML (rpc_harness._nvml), which initializes no CUDA
+item 5). Read through NVML (rpc_harness._parent.nvml), which initializes no CUDA
 in the test process. Passed on an H200 (2026-11-26; docs/benchmarks.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 import worlds
 
-from rpc_harness import _nvml
+from rpc_harness._parent import nvml as _nvml
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

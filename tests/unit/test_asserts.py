@@ -1,4 +1,4 @@
-"""pytest's rewriting as a rank installs it (rpc_harness._asserts.apply), in this
+"""pytest's rewriting as a rank installs it (rpc_harness._rank.asserts.apply), in this
 process with everything it touches put back: sys.meta_path, pytest's
 explanation hook, the modules imported."""
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 from _pytest.assertion import rewrite, util
 
-from rpc_harness import _asserts
+from rpc_harness._rank import asserts as _asserts
 
 SOURCE = "def check():\n    got = [1, 2, 3]\n    assert got == [1, 2, 4]\n"
 

@@ -1,4 +1,4 @@
-"""The parts of rpc_harness._asserts on their own: the description of a
+"""The parts of rpc_harness._rank.asserts on their own: the description of a
 session's rewriting (from a fake pytest config), the rank's stand-in config,
 and the explanation of a comparison. (Found unchecked by mutation testing,
 tools/mutation.py: only world tests and three unit tests used them.)"""
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from _pytest.assertion.rewrite import assertstate_key
 
-from rpc_harness import _asserts
+from rpc_harness._rank import asserts as _asserts
 
 
 class FakeConfig:

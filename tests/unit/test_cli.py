@@ -306,7 +306,8 @@ def test_the_collective_scenarios_take_rpc_no():
 
 def test_run_scenario_refuses_rpc_false_for_an_rpc_scenario_before_any_world(monkeypatch):
     import rpc_harness
-    from rpc_harness import WorldSpecError, _launcher
+    from rpc_harness import WorldSpecError
+    from rpc_harness._parent import launcher as _launcher
 
     def no_world(*args, **kwargs):
         raise AssertionError("a world was started")

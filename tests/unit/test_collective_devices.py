@@ -33,7 +33,7 @@ def test_a_cpu_only_scenario_refuses_a_device_rather_than_run_on_the_cpu_under_i
     # would say a GPU run that never was.
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr("rpc_harness._launcher.run_world", lambda *a, **k: pytest.fail("a world started"))
+    monkeypatch.setattr("rpc_harness._parent.launcher.run_world", lambda *a, **k: pytest.fail("a world started"))
     with pytest.raises(WorldSpecError, match=r"^ddp_rpc: devices: the ddp_rpc scenario trains on the CPU only"):
         run_scenario("ddp_rpc", seed=4, devices="cuda")
     monkeypatch.setattr(cli, "run_job", lambda *a, **k: pytest.fail("a world started"))
@@ -65,7 +65,7 @@ def test_a_cuda_run_is_a_gloo_world_with_every_rank_on_the_one_gpu(monkeypatch, 
         seen.update(options)
         raise RuntimeError("stop before any process")
 
-    monkeypatch.setattr("rpc_harness._launcher.run_world", fake_run_world)
+    monkeypatch.setattr("rpc_harness._parent.launcher.run_world", fake_run_world)
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: False)
     with pytest.raises(Unsupported, match=rf"^{name}: devices='cuda' asks for CUDA, but CUDA is not available"):
         run_scenario(name, world_size=3, seed=4, devices="cuda")

@@ -19,7 +19,7 @@ def _no_launch(*args, **kwargs):
 
 @pytest.fixture
 def refused_here(monkeypatch):
-    monkeypatch.setattr("rpc_harness._launcher.launch", _no_launch)
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", _no_launch)
 
 
 def test_an_unknown_backend_is_refused_naming_the_choices(refused_here):
@@ -43,7 +43,7 @@ def test_nccl_is_refused_where_the_gpus_are_fewer_than_the_ranks(refused_here, m
     with pytest.raises(Unsupported, match=r"needs one GPU a rank: 2 ranks, but devices='cuda:1'"):
         rpc_harness.spawn("programs.echo:run_worker", args=(2,), nprocs=2, process_group="nccl", devices="cuda:1")
     launched = []
-    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: launched.append(spec) or _Stop.throw())
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", lambda spec, **_: launched.append(spec) or _Stop.throw())
     with pytest.raises(_Stop):  # as many GPUs as ranks: it goes ahead
         rpc_harness.run_world("programs.echo:echo", world_size=2, process_group="nccl", rpc=False)
     assert launched[0].options.placed_devices == ("cuda",), "one GPU a rank, cuda:rank"

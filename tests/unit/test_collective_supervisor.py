@@ -17,8 +17,8 @@ import pytest
 
 from rpc_harness import _messages as msg
 from rpc_harness import result as R
-from rpc_harness._boot import rank_file
-from rpc_harness._supervisor import Supervisor
+from rpc_harness._parent.supervisor import Supervisor
+from rpc_harness._rank.boot import rank_file
 from rpc_harness.events import FaultFired
 from rpc_harness.spec import make_spec
 

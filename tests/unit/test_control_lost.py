@@ -101,10 +101,10 @@ def test_the_fixture_warns_of_a_world_that_lost_control_even_at_its_first_step(r
     steps = [S.Step(index=i, rank=i % 2, worker=("keeper", "caller1")[i % 2], task=("keeper", "caller1")[i % 2],
                     label="main", point=f"p{i}") for i in range(4)]
     lost = dataclasses.replace(world(1, lost_at), schedule=steps)
-    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: lost)
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", lambda spec, **_: lost)
     with pytest.warns(ControlLostPytestWarning, match=rf"lost control at step {lost_at} and ran free from there"):
         rpc_world.run("programs.echo:echo", names=["keeper", "caller1"], seed=1, schedule="controlled")
-    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: dataclasses.replace(lost,
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", lambda spec, **_: dataclasses.replace(lost,
                                                                                            control_lost_at=None))
     with warnings.catch_warnings():
         warnings.simplefilter("error", ControlLostPytestWarning)

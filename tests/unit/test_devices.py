@@ -73,7 +73,7 @@ def _no_launch(*args, **kwargs):
 
 @no_cuda
 def test_a_world_that_asks_for_cuda_is_refused_before_any_process_starts(monkeypatch):
-    monkeypatch.setattr("rpc_harness._launcher.launch", _no_launch)
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", _no_launch)
     with pytest.raises(Unsupported) as refused:
         rpc_harness.run_world("programs.echo:echo", world_size=2, devices="cuda")
     assert str(refused.value).startswith("run_world(): devices='cuda' asks for CUDA, but CUDA is not available here")
@@ -81,7 +81,7 @@ def test_a_world_that_asks_for_cuda_is_refused_before_any_process_starts(monkeyp
 
 
 def test_devices_past_the_machines_and_with_the_faulty_agent_are_refused(monkeypatch):
-    monkeypatch.setattr("rpc_harness._launcher.launch", _no_launch)
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", _no_launch)
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(Unsupported, match=r"names cuda:2, but this machine has 2 CUDA device\(s\) \(cuda:0..cuda:1\)"):

@@ -430,8 +430,8 @@ def no_world(monkeypatch):
         asked.append({**defaults, **kwargs})
         raise Started
 
-    monkeypatch.setattr("rpc_harness._launcher.run_world", refuse)
-    monkeypatch.setattr("rpc_harness._launcher.spawn", refuse)
+    monkeypatch.setattr("rpc_harness._parent.launcher.run_world", refuse)
+    monkeypatch.setattr("rpc_harness._parent.launcher.spawn", refuse)
     return asked
 
 

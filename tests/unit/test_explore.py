@@ -351,8 +351,8 @@ def worlds(monkeypatch):
         calls.append(("spawn", fn, kwargs.get("nprocs"), kwargs))
         return model.world(kwargs["seed"], kwargs["schedule"])
 
-    monkeypatch.setattr("rpc_harness._launcher.run_world", run_world)
-    monkeypatch.setattr("rpc_harness._launcher.spawn", spawn)
+    monkeypatch.setattr("rpc_harness._parent.launcher.run_world", run_world)
+    monkeypatch.setattr("rpc_harness._parent.launcher.spawn", spawn)
     return calls
 
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from rpc_harness import _gate
 from rpc_harness import _messages as msg
+from rpc_harness._rank import gate as _gate
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from rpc_harness import _gate
 from rpc_harness import _messages as msg
+from rpc_harness._rank import gate as _gate
 
 torch = pytest.importorskip("torch")
 

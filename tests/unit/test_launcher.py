@@ -45,7 +45,7 @@ def test_a_bad_env_is_refused_before_any_rank_starts(env, message):
     ],
 )
 def test_bad_input_is_rejected_before_any_process_starts(monkeypatch, kwargs, message):
-    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._parent.launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(ValueError) as caught:
         rpc_harness.run_world(worlds.identity, **kwargs)
     assert message in str(caught.value)
@@ -53,7 +53,7 @@ def test_bad_input_is_rejected_before_any_process_starts(monkeypatch, kwargs, me
 
 
 def test_entries_must_be_importable_by_name(monkeypatch):
-    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._parent.launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
 
     def nested(ctx):
         return 1
@@ -75,7 +75,7 @@ def test_a_module_that_is_not_there_is_refused_in_one_line_and_a_broken_ones_rep
         monkeypatch, tmp_path):
     # The refusal of "nomodule:fn" printed ~40 lines of the harness's and
     # importlib's frames before its own line (outside-user trial).
-    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._parent.launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     for entry, setup in (("no_such_module_xyz:f", None), (worlds.identity, "no_such_module_xyz:prepare")):
         with pytest.raises(WorldSpecError, match="cannot import module 'no_such_module_xyz'") as caught:
             rpc_harness.run_world(entry, world_size=2, setup=setup)
@@ -91,13 +91,13 @@ def test_a_module_that_is_not_there_is_refused_in_one_line_and_a_broken_ones_rep
 
 
 def test_arguments_that_cannot_be_pickled_are_refused_before_any_process_starts(monkeypatch):
-    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._parent.launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(WorldSpecError, match="the entry's args/kwargs cannot be pickled for the ranks"):
         rpc_harness.run_world(worlds.sleep_forever, world_size=2, args=(lambda: 1,))
 
 
 def test_a_spawned_programs_signature_is_checked_against_its_arguments(monkeypatch):
-    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._parent.launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(WorldSpecError, match=r"spawn\(\): worlds:add\(a, b\) cannot be called as add\(rank, 1, 2\): "
                                              "too many positional arguments"):
         rpc_harness.spawn(worlds.add, args=(1, 2), nprocs=2)
@@ -113,7 +113,7 @@ def test_failpoints_outside_a_world_do_nothing():
 
 
 def test_message_faults_are_refused_past_33_ranks_before_any_process_starts(monkeypatch):
-    monkeypatch.setattr(rpc_harness._launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
+    monkeypatch.setattr(rpc_harness._parent.launcher, "launch", lambda spec, **options: pytest.fail("a world was started"))
     with pytest.raises(WorldSpecError, match="message faults and schedule fuzzing work in worlds of at most 33 ranks"):
         rpc_harness.run_world(worlds.ring, world_size=34, fuzz=0.001)
 
@@ -123,7 +123,7 @@ def test_message_faults_are_refused_past_33_ranks_before_any_process_starts(monk
     def launched(spec, **options):
         raise Launched(spec.world_size)
 
-    monkeypatch.setattr(rpc_harness._launcher, "launch", launched)
+    monkeypatch.setattr(rpc_harness._parent.launcher, "launch", launched)
     for plan, fuzz in (("msgfail:worker0@RREF_USER_DELETE=1", None), (None, 0.001)):
         with pytest.raises(Launched):  # 33 is allowed
             rpc_harness.run_world(worlds.ring, world_size=33, faults=plan, fuzz=fuzz)
@@ -133,7 +133,7 @@ def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_p
     import subprocess
     import sys
 
-    from rpc_harness import _workdirs
+    from rpc_harness._parent import workdirs as _workdirs
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone_pid = int(dead.stdout)
@@ -153,15 +153,15 @@ def test_the_sweep_removes_stamped_folders_of_dead_owners_and_nothing_else(tmp_p
 
 
 def test_a_temp_folder_too_deep_for_the_forkservers_socket_is_refused_naming_it():
-    rpc_harness._launcher.check_socket_folder("/tmp/pymp-abcdefgh")  # what a usual TMPDIR gives
+    rpc_harness._parent.launcher.check_socket_folder("/tmp/pymp-abcdefgh")  # what a usual TMPDIR gives
     deep = "/tmp/" + "x" * 90 + "/pymp-abcdefgh"
     with pytest.raises(WorldSpecError, match="is too deep for the forkserver's unix socket .* set TMPDIR to a shorter"):
-        rpc_harness._launcher.check_socket_folder(deep)
+        rpc_harness._parent.launcher.check_socket_folder(deep)
 
 
 def test_a_long_isolation_setting_is_cut_in_its_error(monkeypatch):
     # Issue 28: input is echoed cut, the environment's included.
-    from rpc_harness._launcher import ISOLATION_ENV, isolation_mode
+    from rpc_harness._parent.launcher import ISOLATION_ENV, isolation_mode
 
     monkeypatch.setenv(ISOLATION_ENV, "x" * 100_000)
     with pytest.raises(rpc_harness.WorldSpecError) as caught:
@@ -172,7 +172,7 @@ def test_a_long_isolation_setting_is_cut_in_its_error(monkeypatch):
 
 
 def test_a_preloaded_module_that_cannot_be_found_is_named_once_and_left_out(monkeypatch):
-    from rpc_harness import _launcher
+    from rpc_harness._parent import launcher as _launcher
 
     monkeypatch.setattr(_launcher, "_PRELOAD", list(_launcher._PRELOAD))  # this worker's forkserver list
     monkeypatch.setattr(_launcher, "_warned_preloads", set())
@@ -188,7 +188,7 @@ def test_a_preloaded_module_that_cannot_be_found_is_named_once_and_left_out(monk
 
 
 def test_an_rpc_harness_preload_entry_that_cannot_be_found_is_named(monkeypatch):
-    from rpc_harness import _launcher
+    from rpc_harness._parent import launcher as _launcher
 
     monkeypatch.setattr(_launcher, "_warned_preloads", set())
     monkeypatch.setenv(_launcher.PRELOAD_ENV, os.environ.get(_launcher.PRELOAD_ENV, ""))  # put back after

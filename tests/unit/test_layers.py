@@ -6,6 +6,7 @@ alone (and by the rank's assert rewriting, which runs only under pytest)."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,10 @@ import pytest
 import rpc_harness
 
 PACKAGE = Path(rpc_harness.__file__).parent
-LIBRARY = sorted(path for path in (*PACKAGE.glob("*.py"), *PACKAGE.glob("_schedule/*.py"))
-                 if path.name != "__main__.py")
+LIBRARY = sorted(path for folder in ("", "_parent/", "_rank/", "rpc/", "c10d/", "_schedule/")
+                 for path in PACKAGE.glob(f"{folder}*.py") if path.name != "__main__.py")
 SCENARIOS = sorted((PACKAGE / "scenarios").rglob("*.py"))
-MAY_IMPORT_PYTEST = {"pytest_plugin.py", "_asserts.py"}
+MAY_IMPORT_PYTEST = {"pytest_plugin.py", "asserts.py"}
 
 
 def imported(path: Path, package: str | None = None) -> set[str]:
@@ -43,7 +44,7 @@ def _reaches(names: set[str], prefix: str) -> list[str]:
     return sorted(name for name in names if name == prefix or name.startswith(prefix + "."))
 
 
-@pytest.mark.parametrize("path", LIBRARY, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda path: str(path.relative_to(PACKAGE)))
 def test_the_library_imports_neither_the_scenarios_nor_the_apps(path):
     names = imported(path)
     assert not _reaches(names, "rpc_harness.scenarios"), f"{path.name} imports the scenarios"
@@ -135,3 +136,42 @@ def test_the_schedule_core_imports_neither_torch_nor_processes(name):
         assert not _reaches(names, outside), f"{name} imports {outside}"
     reached = _closure(_dotted(name))
     assert reached <= CORE_MAY_IMPORT, f"{name} reaches {sorted(reached - CORE_MAY_IMPORT)}"
+
+
+# The two sides of a world (issue 39): what runs in a rank (_rank/ and the
+# communication layers rpc/ and c10d/) never imports what runs in the test
+# process (_parent/: launching, watching, reporting). They meet in the
+# messages of _messages.py and the files a rank writes, so a rank's side can
+# be read, tested and changed without the parent's. The package itself
+# (rpc_harness/__init__.py, the public facade above both) is not followed.
+RANK_SIDE = sorted(path for folder in ("_rank", "rpc", "c10d") for path in (PACKAGE / folder).glob("*.py"))
+
+
+def _parent_side_reached(path: Path) -> list[str]:
+    package = ".".join(("rpc_harness", *path.relative_to(PACKAGE).parent.parts))
+    direct = {name for name in imported(path, package) if name.startswith("rpc_harness.")}
+    reached = set().union(*(_closure(name) for name in direct)) | direct
+    return sorted(name for name in reached if name.startswith("rpc_harness._parent"))
+
+
+@pytest.mark.parametrize("path", RANK_SIDE, ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_nothing_a_rank_runs_imports_the_parent_side(path):
+    assert not _parent_side_reached(path), f"{path.relative_to(PACKAGE)} reaches {_parent_side_reached(path)}"
+
+
+def test_the_side_check_sees_an_import_of_the_parent_side_through_another_module(tmp_path, monkeypatch):
+    """The check itself: a rank-side module reaching the parent's side,
+    directly or through a shared module, is seen."""
+    (tmp_path / "_rank").mkdir()
+    (tmp_path / "_parent").mkdir()
+    (tmp_path / "shared.py").write_text("from ._parent import launcher\n")
+    (tmp_path / "_parent" / "launcher.py").write_text("")
+    (tmp_path / "_parent" / "__init__.py").write_text("")
+    direct = tmp_path / "_rank" / "direct.py"
+    direct.write_text("from .._parent.supervisor import Supervisor\n")
+    through = tmp_path / "_rank" / "through.py"
+    through.write_text("from .. import shared\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert _parent_side_reached(direct) == ["rpc_harness._parent.supervisor",
+                                            "rpc_harness._parent.supervisor.Supervisor"]
+    assert "rpc_harness._parent" in _parent_side_reached(through)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from rpc_harness import _lifecycle
 from rpc_harness import _messages as msg
+from rpc_harness._rank import lifecycle as _lifecycle
 
 
 class Pipe:

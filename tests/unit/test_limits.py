@@ -1,4 +1,4 @@
-"""The soft limit on open files (rpc_harness._limits), each case in a fresh
+"""The soft limit on open files (rpc_harness._parent.limits), each case in a fresh
 interpreter so that this process keeps its own."""
 
 from __future__ import annotations

@@ -78,10 +78,11 @@ def test_changed_picks_the_modules_changed_since_the_base_committed_or_not(tmp_p
     _git(tmp_path, "commit", "-q", "-am", "main moves on: a change of main's is not the branch's")
     _git(tmp_path, "checkout", "-q", "work")
     (tmp_path / "rpc_harness/faults.py").write_text("x = 3\n")  # in the work tree only
-    (tmp_path / "rpc_harness/_gate.py").write_text("x = 4\n")  # new, untracked
+    (tmp_path / "rpc_harness/_rank").mkdir()
+    (tmp_path / "rpc_harness/_rank/gate.py").write_text("x = 4\n")  # new, untracked
     changed = tool["changed_modules"]("main", tmp_path)
     assert changed == [m for m in modules if m in ("rpc_harness/spec.py", "rpc_harness/faults.py",
-                                                     "rpc_harness/_gate.py")]
+                                                     "rpc_harness/_rank/gate.py")]
 
 
 def test_changed_with_a_base_that_does_not_exist_is_one_line(tmp_path):

@@ -1,10 +1,10 @@
-"""GPU memory by process through NVML (rpc_harness._nvml): on a machine
+"""GPU memory by process through NVML (rpc_harness._parent.nvml): on a machine
 without NVIDIA's driver every answer is None; the arithmetic on what NVML
 lists is tested with a list made by hand."""
 
 from __future__ import annotations
 
-from rpc_harness import _nvml
+from rpc_harness._parent import nvml as _nvml
 
 
 def test_without_nvidias_driver_nvml_answers_none(monkeypatch):

@@ -52,7 +52,7 @@ def test_the_typed_keywords_are_the_declared_options_in_their_order():
 def test_a_misspelled_option_is_refused_by_every_door_not_dropped(rpc_world, monkeypatch, door):
     # **options takes any name: one that is no option must not be dropped
     # silently (a deadline "given" that never applies).
-    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: _raise())
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", lambda spec, **_: _raise())
     call = {"run_world": lambda: rpc_harness.run_world("programs.echo:echo", 2, deadlin=5),
             "spawn": lambda: rpc_harness.spawn("programs.echo:run_worker", args=(2,), nprocs=2, deadlin=5),
             "rpc_world.run": lambda: rpc_world.run("programs.echo:echo", 2, deadlin=5),
@@ -168,7 +168,7 @@ def test_every_option_given_to_the_fixture_reaches_the_world(rpc_world, monkeypa
         launched.append(spec)
         raise _Launched
 
-    monkeypatch.setattr("rpc_harness._launcher.launch", launch)
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", launch)
     # devices="cuda" (with the sample's fuzz) is refused on this CPU machine
     # before launch: the refusals have tests of their own (test_devices.py).
     monkeypatch.setattr("rpc_harness._devices.require_world_devices", lambda *args, **kwargs: 1)
@@ -191,7 +191,7 @@ def test_a_calls_expect_nothing_takes_back_its_markers_expect(rpc_world, monkeyp
         launched.append(spec.options.expect)
         raise _Launched
 
-    monkeypatch.setattr("rpc_harness._launcher.launch", launch)
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", launch)
     for expect in (None, "nothing"):
         with pytest.raises(_Launched):
             rpc_world.spawn("programs.echo:run_worker", args=(2,), nprocs=2, expect=expect)
@@ -454,7 +454,7 @@ def test_every_option_given_to_run_scenario_reaches_the_world_and_its_replay_lin
         launched.append(spec)
         raise _Launched
 
-    monkeypatch.setattr("rpc_harness._launcher.launch", launch)
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", launch)
     monkeypatch.setattr("rpc_harness._devices.require_world_devices", lambda *args, **kwargs: 1)
     with pytest.raises(_Launched):
         rpc_harness.run_scenario("ddp", world_size=2, **SCENARIO_SAMPLES)
@@ -473,7 +473,7 @@ def test_every_option_given_to_run_scenario_reaches_the_world_and_its_replay_lin
 
 def test_run_scenario_takes_the_worlds_defaults_not_its_own(monkeypatch):
     launched = []
-    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: launched.append(spec) or _raise())
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", lambda spec, **_: launched.append(spec) or _raise())
     with pytest.raises(_Launched):
         rpc_harness.run_scenario("ps", world_size=2)
     defaults = O.WorldOptions.from_values({"seed": launched[0].seed}, where="test")
@@ -494,7 +494,7 @@ def test_every_door_asks_the_options_own_check_of_this_machine_before_any_proces
         raise rpc_harness.Unsupported(f"{where}: rendezvous {value} is not possible on this machine")
 
     monkeypatch.setitem(O.DECLARED, "rendezvous", dataclasses.replace(O.DECLARED["rendezvous"], here=here))
-    monkeypatch.setattr("rpc_harness._launcher.launch", lambda spec, **_: _raise())
+    monkeypatch.setattr("rpc_harness._parent.launcher.launch", lambda spec, **_: _raise())
     call = {"run_world": lambda **o: rpc_harness.run_world("programs.echo:echo", 2, **o),
             "spawn": lambda **o: rpc_harness.spawn("programs.echo:run_worker", args=(2,), nprocs=2, **o),
             "rpc_world.run": lambda **o: rpc_world.run("programs.echo:echo", 2, **o),

@@ -1,4 +1,4 @@
-"""The store that stands in for init_rpc's Gloo group (rpc_harness._rendezvous):
+"""The store that stands in for init_rpc's Gloo group (rpc_harness.rpc.rendezvous):
 its barrier lets nobody through before everyone has arrived, its gather gives
 every rank the same list, and the device-map exchange through it gives what
 torch's own gives, errors included. Threads over one in-memory store; no
@@ -16,8 +16,8 @@ import torch.distributed as dist
 from torch.distributed.rpc import backend_registry
 
 import rpc_harness
-from rpc_harness import _rendezvous
 from rpc_harness.options import WorldOptions
+from rpc_harness.rpc import rendezvous as _rendezvous
 
 # Long enough for a loaded machine; a broken barrier fails fast, never on it.
 TIMEOUT = timedelta(seconds=60)

@@ -3,25 +3,25 @@ once (issue 28, item 4; tests/world/test_failure_reports.py shows it on a real w
 
 from __future__ import annotations
 
-from rpc_harness._stacks import readable_stacks
+from rpc_harness._parent.stacks import readable_stacks
 
 SHUTDOWN_WAIT = (
     'Thread 0x00007f01 "MainThread" (most recent call first):\n'
     '  File "/usr/lib/python3.11/multiprocessing/connection.py", line 395 in _recv\n'
     "    chunk = read(handle, remaining)\n"
-    '  File "/x/rpc_harness/_lifecycle.py", line 163 in leave\n'
+    '  File "/x/rpc_harness/_rank/lifecycle.py", line 163 in leave\n'
     "    word = self.conn.recv()\n"
-    '  File "/x/rpc_harness/_lifecycle.py", line 59 in shutdown\n'
+    '  File "/x/rpc_harness/_rank/lifecycle.py", line 59 in shutdown\n'
     "    return _current.leave(graceful=graceful, timeout=timeout)\n"
     '  File "/x/tests/programs/tutorial_ps.py", line 100 in run_worker\n'
     "    rpc.shutdown()\n"
-    '  File "/x/rpc_harness/_rank.py", line 114 in _run\n'
+    '  File "/x/rpc_harness/_rank/rank.py", line 114 in _run\n'
     "    value = program(boot.rank, *args, **kwargs)\n"
     "  (harness bootstrap frames omitted)"
 )
 FUTURE_WAIT = (
     'Thread 0x00007f0{n} "unnamed" (most recent call first):\n'
-    '  File "/x/rpc_harness/_gate.py", line 294 in wait\n'
+    '  File "/x/rpc_harness/_rank/gate.py", line 294 in wait\n'
     "    return original(future)\n"
     '  File "/x/torch/distributed/rpc/api.py", line 842 in rpc_sync\n'
     "    return fut.wait()\n"
@@ -30,7 +30,7 @@ FUTURE_WAIT = (
 
 
 def test_the_harnesss_waiting_frames_and_what_they_called_are_left_out(monkeypatch):
-    monkeypatch.setattr("rpc_harness._stacks._STDLIB", "/usr/lib/python3.11/")
+    monkeypatch.setattr("rpc_harness._parent.stacks._STDLIB", "/usr/lib/python3.11/")
     text, hidden = readable_stacks(SHUTDOWN_WAIT + "\n\n" + FUTURE_WAIT.format(n=2))
     assert "rpc_harness/" not in text and "multiprocessing" not in text and "bootstrap" not in text, text
     assert "    rpc.shutdown()" in text and "in rpc_sync" in text and "in train" in text

@@ -353,7 +353,7 @@ def test_run_scenario_gives_the_world_its_devices_and_puts_them_in_the_replay_li
         seen.update(options)
         raise RuntimeError("stop before any process")
 
-    monkeypatch.setattr("rpc_harness._launcher.run_world", fake_run_world)
+    monkeypatch.setattr("rpc_harness._parent.launcher.run_world", fake_run_world)
     monkeypatch.setattr("rpc_harness._cuda_fork.cuda_available", lambda: False)
     with pytest.raises(Unsupported, match=r"^rl: devices='cuda' asks for CUDA, but CUDA is not available"):
         run_scenario("rl", seed=4, devices="cuda")

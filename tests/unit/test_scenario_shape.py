@@ -32,7 +32,7 @@ def no_world(monkeypatch):
         asked.append(kwargs)
         raise Started(kwargs.get("names"))
 
-    monkeypatch.setattr("rpc_harness._launcher.run_world", refuse)
+    monkeypatch.setattr("rpc_harness._parent.launcher.run_world", refuse)
     return asked
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 
 from rpc_harness import _messages as msg
-from rpc_harness import _schedule_link
 from rpc_harness import schedule as S
+from rpc_harness._parent import schedule_link as _schedule_link
 from rpc_harness._schedule.recorder import Recorder
 from rpc_harness._schedule.virtual_time import VirtualTime
 from rpc_harness.seeds import derive_seed

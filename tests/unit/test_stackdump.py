@@ -7,7 +7,7 @@ import os
 
 
 def test_a_request_with_no_one_to_answer_says_so(tmp_path):
-    from rpc_harness import _stackdump
+    from rpc_harness._rank import stackdump as _stackdump
 
     assert not _stackdump.request(str(tmp_path / "never-armed"))
     os.mkfifo(tmp_path / "armed-by-the-dead", 0o600)  # what a rank that ended leaves behind
@@ -19,7 +19,7 @@ def test_a_rank_that_dies_between_the_open_and_the_write_is_gone_not_an_error(tm
     # The window a bench run hit: the FIFO opened (its reader, the rank, was
     # there), then the rank died and the write broke the pipe; the
     # supervisor's BrokenPipeError ended the whole spawn() call.
-    from rpc_harness import _stackdump
+    from rpc_harness._rank import stackdump as _stackdump
 
     fifo = tmp_path / "dump"
     os.mkfifo(fifo, 0o600)
@@ -36,7 +36,7 @@ def test_a_rank_that_dies_between_the_open_and_the_write_is_gone_not_an_error(tm
 
 
 def test_a_dump_right_under_faulthandlers_is_read_thread_by_thread():
-    from rpc_harness._stacks import annotate_stacks
+    from rpc_harness._parent.stacks import annotate_stacks
 
     # faulthandler's dump ends without a blank line; the rank's own answer
     # then starts right under its last thread. Read as one block, the main
@@ -60,8 +60,8 @@ def test_a_dump_right_under_faulthandlers_is_read_thread_by_thread():
 
 
 def test_an_answer_is_whole_only_with_its_end_line_which_the_report_leaves_out():
-    from rpc_harness import _stackdump
-    from rpc_harness._stacks import annotate_stacks
+    from rpc_harness._parent.stacks import annotate_stacks
+    from rpc_harness._rank import stackdump as _stackdump
 
     answer = _stackdump.dump()
     assert _stackdump.answered(answer)
@@ -93,7 +93,7 @@ def test_stopping_a_world_waits_for_a_live_ranks_stacks_but_not_for_a_rank_that_
     # with SIGUSR1 between) made such a world take 2 to 5 s instead of 0.2.
     from types import SimpleNamespace
 
-    from rpc_harness import _supervisor
+    from rpc_harness._parent import supervisor as _supervisor
 
     clock = _FakeClock()
     monkeypatch.setattr(_supervisor, "time", clock)

@@ -4,7 +4,7 @@ is named (the world test is in tests/world/test_fault_controls.py)."""
 
 from __future__ import annotations
 
-from rpc_harness import _tally
+from rpc_harness._parent import tally as _tally
 from rpc_harness.events import FaultFired
 from rpc_harness.faults import TORCH_SEND_TRIES, FaultPlan
 from rpc_harness.result import RankOutcome

@@ -1,4 +1,4 @@
-"""The check of the private torch names the harness hooks (rpc_harness._torch_check):
+"""The check of the private torch names the harness hooks (rpc_harness._parent.torch_check):
 it passes on the torch the suite runs, and a name taken away (then put back)
 fails it with torch's version and the missing piece, before any process
 starts."""
@@ -14,7 +14,8 @@ import torch.distributed.rpc._testing  # noqa: F401 - at collection, before any 
 from torch.distributed.rpc import api, internal
 
 import rpc_harness
-from rpc_harness import _launcher, _torch_check
+from rpc_harness._parent import launcher as _launcher
+from rpc_harness._parent import torch_check as _torch_check
 from rpc_harness.errors import Unsupported
 
 

@@ -1,4 +1,4 @@
-"""Each check of rpc_harness._torch_check against a torch that differs, one
+"""Each check of rpc_harness._parent.torch_check against a torch that differs, one
 piece at a time (monkeypatched, then put back): the check fails, and says
 what differs. (Found unchecked by mutation testing, tools/mutation.py: on the
 torch the suite runs every check passes, so a check that no longer looked,
@@ -19,7 +19,7 @@ import torch.distributed.rpc._testing  # noqa: F401 - at collection, before any 
 import torch.futures
 from torch.distributed.rpc import api
 
-from rpc_harness import _torch_check as T
+from rpc_harness._parent import torch_check as T
 from rpc_harness.errors import Unsupported
 
 

@@ -20,7 +20,7 @@ class _Log:
 
 
 def test_rpc_recording_stops_at_its_cap_and_says_so():
-    from rpc_harness._rpc_hooks import _Spans
+    from rpc_harness.rpc.hooks import _Spans
 
     log = _Log()
     spans = _Spans(log, 0, "rpc", cap=2)

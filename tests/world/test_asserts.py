@@ -1,6 +1,6 @@
 """Asserts that fail in a rank read as pytest reads them in the test process:
 the compared values, the intermediate expressions, the diffs of lists and
-dicts (rpc_harness._asserts), for ``run`` and ``spawn``, with and without xdist.
+dicts (rpc_harness._rank.asserts), for ``run`` and ``spawn``, with and without xdist.
 
 Each inner session also fails the same assert in a plain test, and the
 rank's explanation must be the one pytest printed there, line for line."""

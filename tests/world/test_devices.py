@@ -73,7 +73,7 @@ class _EveryPidHoldsOneGiB(dict):
 
 def test_a_failed_worlds_report_says_how_much_gpu_memory_each_rank_held(monkeypatch):
     # NVML is asked in the supervisor, which runs in this process.
-    monkeypatch.setattr("rpc_harness._nvml.gpu_processes", _EveryPidHoldsOneGiB)
+    monkeypatch.setattr("rpc_harness._parent.nvml.gpu_processes", _EveryPidHoldsOneGiB)
     result = rpc_harness.run_world(worlds.rank2_raises, world_size=3, check=False)
     assert [r.rank for r in result.failures] == [2] and not result.timed_out, result.report()
     lines = result.report().splitlines()

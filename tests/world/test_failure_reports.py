@@ -55,7 +55,7 @@ def test_a_kill_that_a_survivor_ran_past_is_still_expected(rpc_world):
 def test_a_store_an_earlier_run_left_behind_is_named_in_the_error(rpc_world, tmp_path, monkeypatch):
     store = tmp_path / "store"
     with monkeypatch.context() as patched:  # a run that never removed its store (killed, or before this fix)
-        patched.setattr("rpc_harness._stores.remove_made", lambda workdir: None)
+        patched.setattr("rpc_harness.rpc.stores.remove_made", lambda workdir: None)
         rpc_world.spawn(own_file_store.run_worker, args=(2, str(store)), nprocs=2, deadline=30)
     left = store.read_bytes()
     assert left, "precondition: the first run left its store behind"

@@ -14,7 +14,7 @@ import pytest
 import worlds
 
 import rpc_harness
-from rpc_harness import _netns
+from rpc_harness._parent import netns as _netns
 
 ISOLATED, WHY = _netns.isolation_available()
 

@@ -14,7 +14,8 @@ import pytest
 import worlds
 
 import rpc_harness
-from rpc_harness import WorldFailed, WorldTimeout, _launcher
+from rpc_harness import WorldFailed, WorldTimeout
+from rpc_harness._parent import launcher as _launcher
 
 
 def pids_of(result):
@@ -283,7 +284,7 @@ def test_a_256_rank_world_comes_up_and_every_rank_answers_its_neighbour(tmp_path
     # In a fresh process (so a forkserver of its own) with the soft limit on
     # open files that most hosts and CI runners give, 1,024: the leader holds
     # about six files a rank, and aborted while starting until the harness
-    # raised that limit to the hard one (rpc_harness._limits).
+    # raised that limit to the hard one (rpc_harness._parent.limits).
     script = tmp_path / "big_world.py"
     script.write_text(BIG_WORLD.format(tests=str(pathlib.Path(__file__).parents[1])))
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

@@ -1,4 +1,4 @@
-"""init_rpc's Gloo group replaced by the world's store (rpc_harness._rendezvous):
+"""init_rpc's Gloo group replaced by the world's store (rpc_harness.rpc.rendezvous):
 by default no rank builds a Gloo group, run and spawn worlds alike, and the
 agent is torch's TensorPipe agent; ``rendezvous="gloo"`` (argument, marker)
 is torch's own path, with the same results.

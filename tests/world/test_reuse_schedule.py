@@ -18,7 +18,7 @@ import torch  # noqa: F401
 
 import rpc_harness
 from rpc_harness import schedule as S
-from rpc_harness._live import WorldPool
+from rpc_harness._parent.live import WorldPool
 from rpc_harness.apps import races
 from rpc_harness.errors import WorldFailed
 from rpc_harness.spec import make_spec

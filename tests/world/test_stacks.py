@@ -13,7 +13,8 @@ import pytest
 import worlds
 
 import rpc_harness
-from rpc_harness import WorldTimeout, _stackdump
+from rpc_harness import WorldTimeout
+from rpc_harness._rank import stackdump as _stackdump
 
 
 def pids_of(result):
@@ -31,7 +32,7 @@ def test_survivors_whose_threads_come_and_go_give_their_stacks_and_are_not_crash
             assert " in _churn" in survivor.stacks, survivor.stacks
             # Thread names in the headers: the rank's own dump answered, not faulthandler.
             assert '"MainThread" (most recent call first)' in survivor.stacks, survivor.stacks
-            assert "_stackdump.py" not in survivor.stacks, "the answering thread is left out"
+            assert "_rank/stackdump.py" not in survivor.stacks, "the answering thread is left out"
         assert_gone(pids_of(result))
 
 
@@ -45,7 +46,7 @@ def test_a_rank_holding_the_gil_in_c_still_gets_its_stacks(assert_gone):
     # own answer may follow it.
     assert re.search(r'^(Current )?[Tt]hread 0x[0-9a-f]+ \(most recent call first\):\n'
                      r'  File "[^"]+", line \d+ in holds_the_gil_in_c$', result[1].stacks, re.M), result[1].stacks
-    assert "_stackdump.py" not in result[1].stacks, "the answering thread is left out of faulthandler's dump too"
+    assert "_rank/stackdump.py" not in result[1].stacks, "the answering thread is left out of faulthandler's dump too"
     assert '"MainThread" (most recent call first)' in result[0].stacks, "rank 0 answered the safe way"
     assert_gone(pids_of(result))
 

@@ -23,9 +23,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import _messages as msg
-from ._schedule.scheduler import Scheduler
-from .schedule import ScheduleSpec
+from .. import _messages as msg
+from .._schedule.scheduler import Scheduler
+from ..schedule import ScheduleSpec
 
 # A step or an awaited event with no message for this long, while no thread
 # of any rank could run (none runnable, in every look), is waiting where the

@@ -49,7 +49,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import _messages as msg
+from .. import _messages as msg
 
 _gate: Gate | None = None
 _local = threading.local()  # .task: the task this thread is; .follower: the callback it runs

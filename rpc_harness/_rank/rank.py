@@ -27,31 +27,28 @@ import torch  # preloaded in the forkserver: this is the point
 import torch.distributed.autograd  # noqa: F401
 import torch.distributed.rpc as rpc
 
-from . import (
-    _asserts,
-    _callpoints,
-    _clean,
-    _cuda_fork,
-    _devices,
-    _gate,
-    _lifecycle,
-    _msgfaults,
-    _rendezvous,
-    _rpc_hooks,
-    _stackdump,
-)
-from . import _messages as msg
-from ._boot import Boot, rank_file
-from .c10d import clean as c10d_clean
-from .c10d import group as c10d_group
-from .c10d import hooks as c10d_hooks
-from .c10d.history import HISTORY
-from .context import EventLog, RankContext, activate
-from .errors import one_line
-from .faults import FaultPlan
-from .options import DEFAULT_RPC_TIMEOUT
-from .rank_setup import die_with_parent, intra_op_threads, pin_loopback, warm_math_kernels
-from .seeds import seed_everything
+from .. import _cuda_fork, _devices
+from .. import _messages as msg
+from ..c10d import clean as c10d_clean
+from ..c10d import group as c10d_group
+from ..c10d import hooks as c10d_hooks
+from ..c10d.history import HISTORY
+from ..context import EventLog, RankContext, activate
+from ..errors import one_line
+from ..faults import FaultPlan
+from ..options import DEFAULT_RPC_TIMEOUT
+from ..rank_setup import die_with_parent, intra_op_threads, pin_loopback, warm_math_kernels
+from ..rpc import hooks as _rpc_hooks
+from ..rpc import msgfaults as _msgfaults
+from ..rpc import rendezvous as _rendezvous
+from ..seeds import seed_everything
+from . import asserts as _asserts
+from . import callpoints as _callpoints
+from . import clean as _clean
+from . import gate as _gate
+from . import lifecycle as _lifecycle
+from . import stackdump as _stackdump
+from .boot import Boot, rank_file
 
 # In the forkserver, before it imports anything else: modules imported from
 # here on (preloaded test modules, the program's) bind the wrapped RPC API.
@@ -59,7 +56,7 @@ _rpc_hooks.install()
 c10d_hooks.install()  # failpoints and history at every collective, from Python or C++ (DDP, FSDP)
 _lifecycle.install()
 c10d_group.install()  # a spawned program's own init_process_group goes through its lifecycle
-_rendezvous.install()  # off until the rank chooses (rpc_harness._rendezvous)
+_rendezvous.install()  # off until the rank chooses (rpc_harness.rpc.rendezvous)
 _devices.install()  # a spawned program's device maps: CUDA channels, or refused where there is no CUDA
 warm_math_kernels()  # before any rank's RPC threads can race to choose oneMKL's kernels (rank_setup)
 # A rank arms its stack dump on SIGUSR1 as it starts (main). Asked for its

@@ -21,7 +21,7 @@ import fcntl
 import os
 import time
 
-from .errors import StaleStore
+from ..errors import StaleStore
 
 FILE_SCHEME = "file://"
 _CLAIMS = "program-stores"  # in the world's folder: one line per store, "verdict\tpath"

@@ -44,21 +44,23 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from . import _cuda_fork, _torch_check, _workdirs
-from . import _messages as msg
-from . import result as R
-from ._boot import rank_file
-from ._clean import RULES
-from ._launcher import cuda_report, forkserver_context, rank_starter, running, world_namespace
-from ._schedule_link import ScheduleLink
-from ._supervisor import Supervisor
-from .context import events_written, read_event_lines
-from .errors import WorldSpecError
-from .faults import FaultPlan
-from .options import DEFAULT_DEADLINE
-from .progress import WORLD_ENDED, WORLD_UP, Progress
-from .result import RankOutcome, WorldResult
-from .spec import WorldSpec
+from .. import _cuda_fork
+from .. import _messages as msg
+from .. import result as R
+from .._rank.boot import rank_file
+from .._rank.clean import RULES
+from ..context import events_written, read_event_lines
+from ..errors import WorldSpecError
+from ..faults import FaultPlan
+from ..options import DEFAULT_DEADLINE
+from ..progress import WORLD_ENDED, WORLD_UP, Progress
+from ..result import RankOutcome, WorldResult
+from ..spec import WorldSpec
+from . import torch_check as _torch_check
+from . import workdirs as _workdirs
+from .launcher import cuda_report, forkserver_context, rank_starter, running, world_namespace
+from .schedule_link import ScheduleLink
+from .supervisor import Supervisor
 
 CHECK_BUDGET = 15.0  # seconds every rank has to answer a cleanliness check (it settles for at most _clean.SETTLE)
 DEFAULT_LIMIT = 2  # live worlds a pool keeps at once; the least recently used is closed first

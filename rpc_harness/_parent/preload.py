@@ -13,7 +13,7 @@ variable, and this module imports each one on its own: one that fails here
 is imported again by the rank that needs it, and fails there, reported.
 
 A pytest session that rewrites asserts also hands over how (see
-``rpc_harness._asserts``): its modules are imported through pytest's rewriting
+``rpc_harness._rank.asserts``): its modules are imported through pytest's rewriting
 hook, installed after the harness's own.
 
 No module may initialize CUDA here (``rpc_harness._cuda_fork``): one that
@@ -38,10 +38,10 @@ import sys
 import tempfile
 import threading
 
-from ._cuda_fork import PreloadWatch, write_culprits
-from ._launcher import PRELOAD_ENV
-from ._limits import raise_open_files
-from ._workdirs import sweep
+from .._cuda_fork import PreloadWatch, write_culprits
+from .launcher import PRELOAD_ENV
+from .limits import raise_open_files
+from .workdirs import sweep
 
 _settings = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
 raise_open_files()  # every rank inherits it: a big world's leader holds about six files a rank
@@ -121,7 +121,7 @@ for _name in _settings.get("modules", []):
         _watch.start()
         if _settings.get("asserts") is not None:
             try:
-                from ._asserts import apply
+                from .._rank.asserts import apply
 
                 apply(_settings["asserts"])
             except BaseException:  # noqa: BLE001, S110 - each rank tries again, and reports

@@ -25,11 +25,12 @@ from typing import Any
 
 import torch.distributed.rpc as rpc
 
-from . import _gate, _stores
-from . import _messages as msg
-from .c10d import group as c10d_group
-from .context import EventLog, RankContext
-from .rank_setup import rpc_backend, tensorpipe_options
+from .. import _messages as msg
+from ..c10d import group as c10d_group
+from ..context import EventLog, RankContext
+from ..rank_setup import rpc_backend, tensorpipe_options
+from ..rpc import stores as _stores
+from . import gate as _gate
 
 DEFAULT_INIT_METHOD = "env://"  # what init_rpc uses when the program names none
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .options import WorldOptions
-from .spec import EntryRef
+from ..options import WorldOptions
+from ..spec import EntryRef
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Boot:
     spawned: bool = False
     master_port: int = 0
     netns: Any = None  # the world's network namespace (_netns.Namespace), if it has one
-    asserts: dict[str, Any] | None = None  # how its session rewrites asserts (rpc_harness._asserts.session_rewriting)
+    asserts: dict[str, Any] | None = None  # how its session rewrites asserts (rpc_harness._rank.asserts.session_rewriting)
     live: bool = False  # a reused world's rank: after init_rpc it runs entries as told (msg.RunEntry)
 
     @property
@@ -48,6 +48,6 @@ def rank_file(workdir: str, rank: int, what: str) -> str:
 def main(conn: Connection, boot: Boot, schedule: Connection | None = None) -> None:
     """Process target of a rank (the forkserver has ``_rank`` loaded);
     ``schedule`` is its pipe to the scheduler of a controlled world."""
-    from ._rank import main as run_rank
+    from .rank import main as run_rank
 
     run_rank(conn, boot, schedule)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from . import _msgfaults
-from .events import FaultFired
-from .faults import TORCH_SEND_TRIES, Fault, FaultPlan
-from .result import CUT_SHORT, LOST, NEVER_FIRED, RankOutcome
+from ..events import FaultFired
+from ..faults import TORCH_SEND_TRIES, Fault, FaultPlan
+from ..result import CUT_SHORT, LOST, NEVER_FIRED, RankOutcome
+from ..rpc import msgfaults as _msgfaults
 
 SHOWN_HITS = 12  # failpoints listed for an unfired fault's rank
 

@@ -28,15 +28,20 @@ from multiprocessing import spawn as mp_spawn
 from multiprocessing.context import ForkServerProcess, reduction, set_spawning_popen
 from typing import TYPE_CHECKING, Any
 
-from . import _cuda_fork, _limits, _netns, _stores, _torch_check, _workdirs
-from ._supervisor import Supervisor
-from .errors import WorldFailed, WorldSpecError, WorldTimeout, clip
-from .faults import uses_faulty_agent
-from .options import WorldArgs, takes_world_options
-from .progress import Progress
-from .repro import python_call, replaying
-from .result import WorldResult
-from .spec import WorldSpec, make_spec
+from .. import _cuda_fork
+from ..errors import WorldFailed, WorldSpecError, WorldTimeout, clip
+from ..faults import uses_faulty_agent
+from ..options import WorldArgs, takes_world_options
+from ..progress import Progress
+from ..repro import python_call, replaying
+from ..result import WorldResult
+from ..rpc import stores as _stores
+from ..spec import WorldSpec, make_spec
+from . import limits as _limits
+from . import netns as _netns
+from . import torch_check as _torch_check
+from . import workdirs as _workdirs
+from .supervisor import Supervisor
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -46,12 +51,12 @@ if TYPE_CHECKING:
 # numpy.random (a rank seeds it; numpy imports it lazily, ~13 ms),
 # torch._dynamo (the first optimizer a rank builds imports it, ~1 s) and
 # torch.distributed.optim (DistributedOptimizer; it pulls in fsdp/dtensor, ~1.5 s).
-_PRELOAD = ["rpc_harness._rank", "numpy.random", "torch._dynamo", "torch.distributed.optim"]
+_PRELOAD = ["rpc_harness._rank.rank", "numpy.random", "torch._dynamo", "torch.distributed.optim"]
 # The harness's own: imported before the forkserver installs pytest's
 # assertion rewriting, which is for the modules after them (see _asserts).
 BASE_PRELOAD = tuple(_PRELOAD)
 # How the parent hands the forkserver its sys.path and module list (see
-# rpc_harness._preload, which must not be imported here: importing it in the
+# rpc_harness._parent.preload, which must not be imported here: importing it in the
 # forkserver has to finish this package first).
 PRELOAD_ENV = "_RPC_HARNESS_FORKSERVER"
 
@@ -91,14 +96,14 @@ def _warn_once(source: str, problem: str) -> None:
                       UserWarning, stacklevel=3)
 
 
-# How the ranks rewrite asserts (rpc_harness._asserts.session_rewriting): set by the
+# How the ranks rewrite asserts (rpc_harness._rank.asserts.session_rewriting): set by the
 # pytest plugin for its session, None outside pytest.
 _asserts: dict[str, Any] | None = None
 
 
 def rewrite_asserts(settings: dict[str, Any] | None) -> dict[str, Any] | None:
     """Have ranks rewrite asserts as ``settings`` say (a session's
-    :func:`rpc_harness._asserts.session_rewriting`; None: not at all); returns the
+    :func:`rpc_harness._rank.asserts.session_rewriting`; None: not at all); returns the
     previous setting. A forkserver not started yet takes it too."""
     global _asserts
     previous, _asserts = _asserts, settings
@@ -135,12 +140,12 @@ def _mp_context() -> Any:
     for module in extra:
         if (problem := unimportable(module)) is not None:
             _warn_once("RPC_HARNESS_PRELOAD", problem)
-    # Read by rpc_harness._preload in the forkserver, which inherits this
+    # Read by rpc_harness._parent.preload in the forkserver, which inherits this
     # environment when the first world of the process starts it.
     os.environ[PRELOAD_ENV] = json.dumps({"parent": os.getpid(), "sys_path": list(sys.path),
                                           "modules": _PRELOAD + extra, "base": list(BASE_PRELOAD),
                                           "asserts": _asserts, "cuda_report": cuda_report()})
-    ctx.set_forkserver_preload(["rpc_harness._preload"])
+    ctx.set_forkserver_preload(["rpc_harness._parent.preload"])
     return ctx
 
 
@@ -213,7 +218,7 @@ def run_world(
     (for ranks that must reach a service on the host). ``rendezvous``:
     ``"store"`` (the default) has the ranks meet in ``init_rpc`` through the
     world's store where torch would build a Gloo group for it, ``"gloo"`` is
-    torch's own way (``rpc_harness._rendezvous`` says what is replaced).
+    torch's own way (``rpc_harness.rpc.rendezvous`` says what is replaced).
     """
     __tracebackhide__ = True  # a failed world's report is the message; this frame is noise
     spec = make_spec(entry, world_size, names=names, args=args, kwargs=kwargs, repro=repro, **options)
@@ -396,7 +401,7 @@ def world_namespace(isolate: bool | None) -> tuple[Any, str]:
 
 
 def _start_rank(mp: Any, boot: Any, controlled: bool) -> tuple[Any, Any, Any]:
-    from ._boot import main
+    from .._rank.boot import main
 
     if _asserts is not None:  # the rank rewrites the modules the forkserver did not preload
         boot = dataclasses.replace(boot, asserts=_asserts)

@@ -72,7 +72,7 @@ def check(label: str, before: set[int], *, thorough: bool = False,
             break
         time.sleep(0.005)
     if collective is not None:
-        from .c10d import clean as c10d_clean
+        from ..c10d import clean as c10d_clean
 
         found += c10d_clean.findings(*collective, thorough=thorough, wait=SETTLE)
     lines = [f"{rule}: {label} {text}" for rule, text in found]

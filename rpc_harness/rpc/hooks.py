@@ -38,9 +38,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from . import _gate, _msgfaults
-from . import _messages as _msg
-from .context import EventLog, RankContext
+from .. import _messages as _msg
+from .._rank import gate as _gate
+from ..context import EventLog, RankContext
+from . import msgfaults as _msgfaults
 
 DEFAULT_CAP = 2000  # calls (and serves) recorded per rank; a long run's timeline stays readable
 _APIS = ("rpc_sync", "rpc_async", "remote")

@@ -21,26 +21,28 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-from . import _messages as msg
-from . import _nvml, _stackdump, _tally
-from . import result as R
-from ._boot import Boot, rank_file
-from ._schedule_link import STALL_SECONDS, ScheduleLink
-from ._stacks import annotate_stacks, hide_hook_frames
-from .c10d.history import where_ranks_are
-from .context import read_event_lines
-from .errors import FaultPlanError
-from .events import faults_fired
-from .faults import ENDING_KINDS
-from .progress import WORLD_ENDED, WORLD_UP, Progress
-from .result import RankOutcome, WorldResult
-from .spec import WorldSpec
+from .. import _messages as msg
+from .. import result as R
+from .._rank import stackdump as _stackdump
+from .._rank.boot import Boot, rank_file
+from ..c10d.history import where_ranks_are
+from ..context import read_event_lines
+from ..errors import FaultPlanError
+from ..events import faults_fired
+from ..faults import ENDING_KINDS
+from ..progress import WORLD_ENDED, WORLD_UP, Progress
+from ..result import RankOutcome, WorldResult
+from ..spec import WorldSpec
+from . import nvml as _nvml
+from . import tally as _tally
+from .schedule_link import STALL_SECONDS, ScheduleLink
+from .stacks import annotate_stacks, hide_hook_frames
 
 _STACK_WAIT = 2.0  # seconds to wait for every rank's stack dump
 
 
 class Supervisor:
-    """One world, fresh (:meth:`run`) or reused (``rpc_harness._live``, which
+    """One world, fresh (:meth:`run`) or reused (``rpc_harness._parent.live``, which
     brings it up through :meth:`bring_up` and watches each entry through
     :meth:`watch_until`)."""
 

@@ -13,13 +13,13 @@ import os
 import re
 import sysconfig
 
-from . import _stackdump
+from .._rank import stackdump as _stackdump
 
-_RANK_FILE = os.path.join("rpc_harness", "_rank.py")
-_HOOKS_FILE = os.path.join("rpc_harness", "_rpc_hooks.py")
+_RANK_FILE = os.path.join("rpc_harness", "_rank", "rank.py")
+_HOOKS_FILE = os.path.join("rpc_harness", "rpc", "hooks.py")
 _C10D_HOOKS_FILE = os.path.join("rpc_harness", "c10d", "hooks.py")
 _WATCH_FILE = os.path.join("rpc_harness", "rank_setup.py")
-_DUMPER_FILE = os.path.join("rpc_harness", "_stackdump.py")
+_DUMPER_FILE = os.path.join("rpc_harness", "_rank", "stackdump.py")
 # One thread's block from the next: a blank line, or a thread's header line.
 # faulthandler ends its dump without a blank line, so a dump that follows
 # another (its fallback's, then the rank's own) starts right under it.
@@ -61,12 +61,12 @@ def annotate_stacks(text: str) -> str:
 
 
 # The harness's own waiting and wrapping in a rank: a program's rpc.shutdown()
-# waiting for the supervisor's word (_lifecycle), a wrapped Future.wait
-# (_gate), the rank's bootstrap (_rank). Not context.py: a failpoint's frame
-# (hang_at_failpoint, failpoint) says where a fault acted.
-HARNESS_FILES = tuple(os.path.join("rpc_harness", name) for name in (
-    "_gate.py", "_lifecycle.py", "_rank.py", "_rpc_hooks.py", "_callpoints.py", "_stackdump.py")) + (
-    _C10D_HOOKS_FILE,)
+# waiting for the supervisor's word (_rank/lifecycle), a wrapped Future.wait
+# (_rank/gate), the rank's bootstrap (_rank/rank). Not context.py: a
+# failpoint's frame (hang_at_failpoint, failpoint) says where a fault acted.
+HARNESS_FILES = tuple(os.path.join("rpc_harness", *name.split("/")) for name in (
+    "_rank/gate.py", "_rank/lifecycle.py", "_rank/rank.py", "rpc/hooks.py", "_rank/callpoints.py",
+    "_rank/stackdump.py")) + (_C10D_HOOKS_FILE,)
 FRAMES_ENV = "RPC_HARNESS_FRAMES"  # 1: reports show the harness's own frames too
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _BOOTSTRAP_NOTE = "  (harness bootstrap frames omitted)"

@@ -33,14 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Unsupported
+from ..errors import Unsupported
 
 # Which worlds need an optional piece.
 FAULTY_AGENT = "the faulty agent"  # worlds with msgfail/msgdelay faults, or schedule fuzzing
 RETRY_LOG = "the retry log"  # worlds with msgfail faults
 ACCELERATOR = "torch.accelerator"  # none: without it a rank seeds CUDA's generators (rpc_harness.seeds)
-REUSE_CHECKS = "the debug counts"  # what reused worlds check between entries (rpc_harness._clean)
-STORE_RENDEZVOUS = "the Gloo group's place in init_rpc"  # worlds with rendezvous="store" (rpc_harness._rendezvous)
+REUSE_CHECKS = "the debug counts"  # what reused worlds check between entries (rpc_harness._rank.clean)
+STORE_RENDEZVOUS = "the Gloo group's place in init_rpc"  # worlds with rendezvous="store" (rpc_harness.rpc.rendezvous)
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ GROUP_USES = ("_init_process_group", "_tensorpipe_exchange_and_check_all_device_
 
 
 def _store_rendezvous() -> None:
-    """What rpc_harness._rendezvous replaces and calls, and that torch's
+    """What rpc_harness.rpc.rendezvous replaces and calls, and that torch's
     TensorPipe init uses its group for nothing more (read from its source)."""
     _parameters(f"{_REGISTRY}._init_process_group", ("store", "rank", "world_size"))
     _parameters(f"{_REGISTRY}._tensorpipe_exchange_and_check_all_device_maps",
@@ -375,7 +375,7 @@ def _accelerator() -> None:
 _CALL = ("to", "func", "args", "kwargs", "timeout")
 
 def _c10d_pieces() -> tuple[Piece, ...]:
-    from .c10d.ops import OPS
+    from ..c10d.ops import OPS
 
     return (
         Piece("torch.library.Library.impl(with_keyset=) at BackendSelect",

@@ -1,0 +1,1 @@
+"""What runs in the test process: launching worlds, watching them, reporting."""

@@ -1,0 +1,1 @@
+"""The RPC layer of a rank: torch.distributed.rpc's hooks, message faults, stores."""
