@@ -9,7 +9,7 @@ import sys
 
 CHILD = """
 import resource, sys
-from rpc_harness import _limits
+from rpc_harness._parent import limits as _limits
 soft, hard = map(int, sys.argv[1:3])
 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 print(_limits.raise_open_files(), *resource.getrlimit(resource.RLIMIT_NOFILE))

@@ -93,7 +93,7 @@ def test_a_hang_after_an_injected_error_names_that_error_in_its_headline(rpc_wor
 # -- a 4-rank kill's report, each stack once and none of the harness's own -----------------
 
 KILL_TRAINER = "kill:trainer2@rpc.call:BatchUpdateParameterServer.update_and_fetch_model#3"
-HARNESS_FRAME = re.compile(r"rpc_harness/(_gate|_lifecycle|_rank|_rpc_hooks)\.py")
+HARNESS_FRAME = re.compile(r"rpc_harness/(_rank/gate|_rank/lifecycle|_rank/rank|rpc/hooks)\.py")
 
 
 def stack_sections(report):

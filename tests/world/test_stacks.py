@@ -57,7 +57,7 @@ def test_a_rank_holding_the_gil_in_c_still_gets_its_stacks(assert_gone):
 # times in 20.
 CHURNING = textwrap.dedent("""
     import sys, threading, time
-    from rpc_harness import _stackdump
+    from rpc_harness._rank import stackdump as _stackdump
 
     def churn():
         while True:
