@@ -512,6 +512,7 @@ def scenario_rates(scenarios: list[Scenario], per_call: float) -> list[dict[str,
     runs them), its peak memory per rank, the time of its baseline alone,
     and what its failpoints cost of the run (counted at the first size)."""
     rows = []
+    harness_world(2)  # warm the forkserver: alone (--only scenarios), the first row paid its start (ddp's 4.2 s)
     for sc in scenarios:
         sizes = [size for size in SCENARIO_SIZES if size >= sc.min_world_size] or [sc.default_world_size]
         for size in sizes:
