@@ -1425,6 +1425,10 @@ BUGS = (
         "        return UNWRITTEN if unwritten else", "        return",
         ("tests/unit/test_c10d_history.py::"
          "test_a_rank_stopped_before_it_wrote_its_completions_is_not_said_to_be_inside_its_op",)),
+    Bug("a CPU-only scenario takes devices and reports a CPU run as a GPU one", "rpc_harness/scenario.py",
+        "    if devices and not runs_on_devices(scenario):", "    if False:",
+        ("tests/unit/test_collective_devices.py::"
+         "test_a_cpu_only_scenario_refuses_a_device_rather_than_run_on_the_cpu_under_its_name",)),
     Bug("a collective world waits for its frozen rank until the deadline", "rpc_harness/_parent/supervisor.py",
         "                if self.collective:\n                    self._end_collective(", "                if False:\n                    self._end_collective(",
         (CW + "test_a_frozen_rank_ends_a_collective_world_without_waiting_for_its_deadline",)),
