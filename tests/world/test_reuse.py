@@ -212,8 +212,11 @@ def test_after(rpc_world_module):
     assert "ran in a reused world, entry 2 of it" in failure
     # The check looks at every object of a rank (deprecated ones too): none
     # of its warnings reach the ranks' output (seen: torch's reduce_op, by
-    # every rank, in a user's report).
-    assert "Warning" not in failure, failure
+    # every rank, in a user's report). pytest's own warnings summary after it
+    # is not the ranks': in a whole-suite run the in-process pytester session
+    # may warn that rpc_harness was imported before its rewrite hook (seen in
+    # CI runs, depending on which tests ran before in the worker; not found).
+    assert "Warning" not in failure.split(" warnings summary ")[0], failure
     # Replayed alone, in a fresh world; or after the entries before it.
     assert re.search(r"Replay: pytest \S+::test_dirty --rpc-seed=\d+", failure)
     assert re.search(r"or, after the entry its world ran before it: pytest \S+::test_before \S+::test_dirty",
