@@ -60,6 +60,7 @@ import torch
 
 from rpc_harness.gradcheck import Mismatch, max_differences
 from rpc_harness.gradcheck import compare as compare_tensors
+from rpc_harness.scenario import Outcome
 
 from ._device import tolerances
 
@@ -211,3 +212,18 @@ def gradients(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     without one, an unused branch's, is absent, as it is in the baseline)."""
     return {name: p.grad.detach().to("cpu", copy=True) for name, p in module.named_parameters()
             if p.grad is not None}
+
+
+def falling_loss(first: Mapping[str, Any], expected: Mapping[str, Any],
+                 loss: Callable[[Mapping[str, torch.Tensor]], float]) -> Outcome:
+    """The outcome of a collective scenario: ``loss`` (the held-out loss of
+    a model's parameters) falls from the initial parameters to the last
+    step's, in the run (``first``: its parameters as one rank holds them)
+    and beside it, its baseline's (``expected``)."""
+    history = [loss(first["init"])] + [loss(step["params"]) for step in first["steps"]]
+    baseline_history = [history[0]] + [loss(step["params"]) for step in expected["steps"]]
+    ok = len(history) >= 3 and history[-1] < history[0]
+    note = (f"held-out loss {history[0]:.4f} -> {history[-1]:.4f} over {len(history) - 1} steps" if ok else
+            f"the held-out loss did not fall: {history[0]:.4f} -> {history[-1]:.4f} over {len(history) - 1} steps")
+    return Outcome(ok=ok, note=note, metric=history[-1], steps=len(first["steps"]),
+                   history=history, baseline_history=baseline_history)

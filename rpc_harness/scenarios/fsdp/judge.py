@@ -25,7 +25,7 @@ from rpc_harness.gradcheck import compare as compare_tensors
 from rpc_harness.result import OK
 from rpc_harness.scenario import Comparison, Outcome, Verdict
 
-from .._collective import compare_run, shard_owner
+from .._collective import compare_run, falling_loss, shard_owner
 from .._device import tolerances
 from .._verdicts import collective_contract
 from .config import NAME, Config
@@ -154,15 +154,7 @@ def _tolerance(config: Config, device: str) -> dict[str, Any]:
 def outcome(actual: Records, expected: dict[str, Any], config: Config) -> Outcome:
     """The held-out loss falls from the initial parameters to the last step's."""
     first = whole(actual)
-    seed = first["seed"]
-    history = [held_out_loss(config, seed, first["init"])]
-    history += [held_out_loss(config, seed, step["params"]) for step in first["steps"]]
-    baseline_history = [history[0]] + [held_out_loss(config, seed, step["params"]) for step in expected["steps"]]
-    ok = len(history) >= 3 and history[-1] < history[0]
-    note = (f"held-out loss {history[0]:.4f} -> {history[-1]:.4f} over {len(history) - 1} steps" if ok else
-            f"the held-out loss did not fall: {history[0]:.4f} -> {history[-1]:.4f} over {len(history) - 1} steps")
-    return Outcome(ok=ok, note=note, metric=history[-1], steps=len(first["steps"]),
-                   history=history, baseline_history=baseline_history)
+    return falling_loss(first, expected, lambda params: held_out_loss(config, first["seed"], params))
 
 
 def held_out_loss(config: Config, seed: int, params: dict[str, torch.Tensor]) -> float:
