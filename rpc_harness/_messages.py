@@ -116,6 +116,11 @@ class RunEntry:
     faults: object  # a FaultPlan
     deadline: float
     controlled: bool = False  # under a controlled schedule (the supervisor holds the schedule itself)
+    # Then, done or failed, take the quick look of :class:`Check` at once
+    # and answer :class:`Checked` unasked: in a world of collectives only,
+    # uncontrolled, whose ranks meet in the check's own exchange and need
+    # no word of the supervisor's to begin it (one round trip less an entry).
+    check: bool = False
 
 
 @dataclass(frozen=True)

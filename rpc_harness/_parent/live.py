@@ -102,6 +102,7 @@ class LiveSupervisor(Supervisor):
         self.events_read: dict[int, int] = {}
         self.log_read: dict[int, int] = {}
         self.checked: dict[int, tuple[str, ...]] = {}
+        self.checks_at_once = False  # the ranks take the quick look unasked (RunEntry.check)
 
     # -- the world's life -----------------------------------------------------------------
     def run_entry(self, spec: WorldSpec) -> str:
@@ -115,8 +116,10 @@ class LiveSupervisor(Supervisor):
             self.tell(Progress(None, "world", note=WORLD_ENDED))
 
     def _run_entry(self, spec: WorldSpec) -> str:
+        # Where the ranks check at once, the quick look is theirs to begin.
+        self.checks_at_once = self.link is None and not spec.options.rpc
         self._tell_all(msg.RunEntry(spec.entry, spec.payload, spec.seed, spec.options.faults, spec.options.deadline,
-                                    controlled=self.link is not None))
+                                    controlled=self.link is not None, check=self.checks_at_once))
 
         def done() -> bool:  # every rank not lost is through its entry
             return all(self.outcomes[r].phase == "done" for r in self.running - self.frozen)
@@ -128,19 +131,22 @@ class LiveSupervisor(Supervisor):
             finished = self._end_schedule()
         if not finished:
             return "failed"
-        gone = [self.outcomes[r] for r in range(len(self.outcomes)) if r not in self.running or r in self.frozen]
-        if gone:
+        if self._gone():
             self.kill_all()
-            return "lost " + ", ".join(o.label for o in gone)
+            return "lost " + ", ".join(o.label for o in self._gone())
         dirt = self._check()
         self.ended = time.monotonic()
-        # A rank may die, or not answer, while it checks: the world is over then too.
+        # A rank may fail, or not answer, while it checks: the world is over then too.
         broken = not self.running or bool(self.problems) or any(o.failed for o in self.outcomes)
         self.problems += dirt
         if dirt or broken:
             self.kill_all()
             return "dirty" if dirt else "failed"
         return ""
+
+    def _gone(self) -> list[RankOutcome]:
+        """The ranks this world has lost (dead, or frozen by a fault)."""
+        return [self.outcomes[r] for r in range(len(self.outcomes)) if r not in self.running or r in self.frozen]
 
     def _end_schedule(self) -> bool:
         """Every entry returned: the controlled schedule ends, as a fresh
@@ -201,7 +207,7 @@ class LiveSupervisor(Supervisor):
         """Ask every rank what the entry left: a quick look, and where any
         rank found something, a thorough one everywhere, whose findings
         (with the RRefs left named) are the verdict."""
-        found = self._ask(thorough=False)
+        found = self._ask(thorough=False, asked=not self.checks_at_once)
         if found:
             found = self._ask(thorough=True)
         problems = []
@@ -210,9 +216,12 @@ class LiveSupervisor(Supervisor):
             problems.append(f"{R.DIRTY}: rule {rule} ({RULES[rule]}): {text}")
         return problems
 
-    def _ask(self, *, thorough: bool) -> list[str]:
-        self.checked = {}
-        self._tell_all(msg.Check(thorough))
+    def _ask(self, *, thorough: bool, asked: bool = True) -> list[str]:
+        """Every rank's findings; ``asked``: False where the ranks began
+        their look unasked (their answers may be in already)."""
+        if asked:
+            self.checked = {}
+            self._tell_all(msg.Check(thorough))
         answered = self.watch_until(lambda: len(self.checked) == len(self.running),
                                     time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
         if not answered:

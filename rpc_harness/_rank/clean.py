@@ -56,12 +56,12 @@ def threads_now() -> set[int]:
 
 
 def check(label: str, before: set[int], *, thorough: bool = False,
-          collective: tuple[str, int, int, set[int]] | None = None) -> tuple[str, ...]:
+          collective: tuple[str, int, int, Any] | None = None) -> tuple[str, ...]:
     """What this rank (``label``: "rank 1 (worker1)") breaks of ``RULES``,
     one line per finding, each starting with its rule's name; empty when
     clean. ``before``: the threads alive before the entry ran.
     ``collective``: in a world with a default group, its store's path, this
-    rank, the world's size and the groups alive before the entry."""
+    rank, the world's size and its groups as the entry began (``c10d.clean.Before``)."""
     # RRefs and futures held only by garbage cycles go now (the entry's
     # own are young; a thorough look collects every generation).
     gc.collect() if thorough else gc.collect(1)

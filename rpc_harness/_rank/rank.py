@@ -197,7 +197,13 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
     behind (``_clean``). Ends when the supervisor does (it kills a world it ends)."""
     label = f"rank {boot.rank} ({world.name})"
     before = _clean.threads_now()
-    groups = c10d_clean.groups_now()
+    groups = c10d_clean.before_entry()
+
+    def check(thorough: bool) -> None:
+        collective = None if world.group is None else (
+            os.path.join(boot.workdir, "store"), boot.rank, world.world_size, groups)
+        send(msg.Checked(_clean.check(label, before, thorough=thorough, collective=collective)))
+
     while True:
         try:
             word = conn.recv()
@@ -205,15 +211,15 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
             return 0
         match word:
             case msg.RunEntry():
-                before, groups = _clean.threads_now(), c10d_clean.groups_now()
+                before, groups = _clean.threads_now(), c10d_clean.before_entry()
                 _run_entry(word, boot, world, events, send, schedule)
+                if word.check:
+                    check(thorough=False)
             case msg.Check(thorough):
                 # The entry's gate: control given up (the supervisor heard
                 # its Released before asking), its reader ended or ending.
                 _gate.close()
-                collective = None if world.group is None else (
-                    os.path.join(boot.workdir, "store"), boot.rank, world.world_size, groups)
-                send(msg.Checked(_clean.check(label, before, thorough=thorough, collective=collective)))
+                check(thorough)
             case _:
                 raise RuntimeError(f"the supervisor said {word!r} to a reused world's rank")
 

@@ -87,7 +87,7 @@ def read_history(workdir: str, rank: int) -> RankHistory:
     return history
 
 
-UNWRITTEN = "completion not written (stopped first)"
+UNWRITTEN = "completion not written (stopped first, or stuck before it could)"
 
 
 def where_ranks_are(workdir: str, world_size: int, unwritten: Collection[int] = ()) -> list[str]:

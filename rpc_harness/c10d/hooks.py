@@ -199,6 +199,13 @@ def _watch_completion(work: Any, group: str, seq: int, p2p: bool) -> None:
         del _pending[:-MAX_PENDING]
 
 
+def tally(group: str) -> tuple[int, int, int]:
+    """The collectives of ``group`` (its name) this rank has entered, seen
+    complete and seen fail so far, completions brought up to date first."""
+    flush()
+    return _history.tally(group) if _history is not None else (0, 0, 0)
+
+
 def flush() -> None:
     """Write the completion of every op that completed since the last look:
     each op's enter looks, and the harness calls this as an entry ends and

@@ -66,8 +66,16 @@ class History:
         self._lock = threading.Lock()
         self._collectives: dict[str, int] = {}
         self._p2p: dict[str, int] = {}
+        self._settled: dict[str, list[int]] = {}  # each group's collectives completed, and failed
         self._groups: set[str] = set()
         self._quoted: dict[str, str] = {}  # each group's name as JSON, made once
+
+    def tally(self, group: str) -> tuple[int, int, int]:
+        """How many collectives of ``group`` this rank entered, saw complete,
+        and saw fail, so far (completions as far as the last flush wrote them)."""
+        with self._lock:
+            completed, failed = self._settled.get(group, (0, 0))
+            return self._collectives.get(group, 0), completed, failed
 
     def known(self, group: str) -> bool:
         return group in self._groups
@@ -102,6 +110,10 @@ class History:
     def done(self, group: str, seq: int, p2p: bool, error: BaseException | None = None) -> None:
         """Write that op ``seq`` of ``group`` completed (or failed with ``error``)."""
         failed = "" if error is None else f', "error": {json.dumps(f"{type(error).__name__}: {error}"[:200])}'
+        if not p2p:
+            with self._lock:
+                settled = self._settled.setdefault(group, [0, 0])
+                settled[error is not None] += 1
         self._log.append(
             f'{{"t": {time.time()!r}, "k": "done", "g": {self._quote(group)}, "n": {seq}, '
             f'"p2p": {"true" if p2p else "false"}{failed}}}\n'.encode()

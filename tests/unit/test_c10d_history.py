@@ -105,7 +105,7 @@ def test_a_rank_stopped_before_it_wrote_its_completions_is_not_said_to_be_inside
         run(history, [("all_reduce", "float32 [4]")], complete=rank == 2)
     assert where_ranks_are(str(tmp_path), 3, unwritten={0}) == [
         "every rank at all_reduce #1 (float32 [4]); not completed on rank 1, "
-        "completion not written (stopped first) on rank 0, completed on rank 2"]
+        "completion not written (stopped first, or stuck before it could) on rank 0, completed on rank 2"]
     assert where_ranks_are(str(tmp_path), 3, unwritten={2}) == [
         "every rank at all_reduce #1 (float32 [4]); not completed on ranks 0, 1, completed on rank 2"]
 
@@ -156,3 +156,16 @@ def test_an_op_that_failed_on_a_rank_is_not_said_to_have_completed_there(world, 
             history.done("0", seq, False)
     assert where_ranks_are(str(tmp_path), 3) == [
         "every rank at all_reduce #1 (float32 [4]); not completed on rank 0, failed on rank 1, completed on rank 2"]
+
+
+def test_a_history_tallies_each_groups_collectives_entered_completed_and_failed_point_to_point_apart(tmp_path):
+    history = History(str(tmp_path / "rank0.c10d"), 0)
+    run(history, [("all_reduce", "float32 [4]")] * 3)
+    run(history, [("broadcast", "float32 [4]")], complete=False)
+    failed = history.enter("0", "all_gather", False, "float32 [4]", None)
+    history.done("0", failed, False, RuntimeError("peer gone"))
+    history.done("1", history.enter("1", "all_reduce", False, "", None), False)  # another group
+    history.done("0", history.enter("0", "send", True, "float32 [4]", 1), True)  # point to point: not a collective
+    assert history.tally("0") == (5, 3, 1)
+    assert history.tally("1") == (1, 1, 0)
+    assert history.tally("2") == (0, 0, 0)

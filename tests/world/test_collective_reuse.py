@@ -109,3 +109,26 @@ def test_after(rpc_world_module):
     for pattern in patterns:
         assert re.search(pattern, failure), f"{pattern!r} not in:\n{failure}"
     assert not set(pids_in(out, "test_after")) & set(pids_in(out, "test_before")), "a fresh world after it"
+
+
+def test_a_plans_failpoint_at_a_collective_never_fires_in_the_check_between_entries(pytester):
+    # The entry runs no collective; only the check's own all_reduce (the
+    # group is tried, the entry having shown nothing) could reach the
+    # failpoint. Were it the entry's, worker1 would die in the check.
+    pytester.makepyfile(ENTRIES + """
+def test_first(rpc_world_module):
+    print("PIDS test_first", rpc_world_module.run(pid, **WORLD).values)
+
+def test_planned(rpc_world_module):
+    result = rpc_world_module.run(pid, faults="kill:worker1@c10d.all_reduce", check=False, **WORLD)
+    print("PIDS test_planned", result.values)
+    print("FIRED", result.fault_counts(), result.killed)
+
+def test_next(rpc_world_module):
+    print("PIDS test_next", rpc_world_module.run(pid, **WORLD).values)
+""")
+    result = run(pytester, "-s", "-rP")
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    assert "FIRED {'kill:worker1@c10d.all_reduce#1': 0} []" in out, out
+    assert pids_in(out, "test_first") == pids_in(out, "test_planned") == pids_in(out, "test_next")

@@ -1,0 +1,94 @@
+"""What a reused collective world's check does with the entry's own
+collectives (rpc_harness.c10d.clean): where every rank's entry ran
+collectives over the default group that all completed, the group has shown
+itself usable and the check runs no collective of its own; otherwise, every
+rank alike tries the group."""
+
+from __future__ import annotations
+
+import pytest
+import torch.distributed.distributed_c10d as c10d
+
+from rpc_harness.c10d import clean, hooks
+
+
+class Group:
+    """The default group as the check reads it: its name and sequence number."""
+
+    group_name = "0"
+
+    def __init__(self, sequence=7):
+        self.sequence = sequence
+
+    def _get_sequence_number_for_group(self):
+        return self.sequence
+
+
+@pytest.fixture
+def tallies(monkeypatch):
+    """``tallies[name] = (entered, completed, failed)``: what the rank's history counts."""
+    counts = {}
+    monkeypatch.setattr(hooks, "tally", lambda name: counts.get(name, (0, 0, 0)))
+    return counts
+
+
+def before(group, tally):
+    return clean.Before(frozenset(), id(group), tally)
+
+
+@pytest.mark.parametrize(("after", "shown"), [
+    ((12, 12, 0), True),   # two collectives, both completed
+    ((10, 10, 0), False),  # none: the group was not used
+    ((12, 11, 0), False),  # one still not completed
+    ((12, 12, 1), False),  # one failed
+    ((11, 12, 0), False),  # an older op completed meanwhile: nothing shown
+])
+def test_the_entrys_own_collectives_show_the_group_usable_only_when_each_completed(tallies, after, shown):
+    group = Group()
+    tallies["0"] = after
+    assert clean.proven(before(group, (10, 10, 0)), group) is shown
+
+
+def test_a_default_group_the_entry_made_anew_shows_nothing(tallies):
+    group, old = Group(), Group()
+    tallies["0"] = (12, 12, 0)
+    assert not clean.proven(before(old, (10, 10, 0)), group)
+
+
+@pytest.fixture
+def check(monkeypatch, tallies):
+    """``check(peers_shown)``: this rank's findings (rank 0 of as many as
+    given), its own collectives shown usable or not as the first says, its
+    peers' as the rest say; returns (findings, whether the group was tried)."""
+    group = Group()
+    monkeypatch.setattr(c10d._world, "_default_pg", group)  # what GroupMember.WORLD reads
+    tried = []
+    monkeypatch.setattr(clean, "_try", lambda g, size: tried.append(g) or [])
+
+    def run(shown):
+        tallies["0"] = (11, 11, 0) if shown[0] else (10, 10, 0)
+        words = {rank: (group.sequence, False, said) for rank, said in enumerate(shown)}
+        monkeypatch.setattr(clean, "_exchange", lambda path, rank, size, mine, wait: {**words, 0: mine})
+        found = clean.findings("store", 0, len(shown), before(group, (10, 10, 0)), thorough=False, wait=1.0)
+        return found, bool(tried)
+
+    return run
+
+
+def test_a_group_every_rank_showed_usable_is_not_tried_again(check):
+    assert check([True, True, True]) == ([], False)
+
+
+@pytest.mark.parametrize("shown", [[False, True, True], [True, True, False]])
+def test_where_any_rank_did_not_show_the_group_usable_every_rank_tries_it(check, shown):
+    assert check(shown) == ([], True)
+
+
+def test_the_checks_own_collective_reaches_no_failpoint_and_no_history(monkeypatch):
+    # The harness's all_reduce is not the entry's: a plan's c10d.all_reduce
+    # must not fire in it, nor a history count it.
+    seen = []
+    monkeypatch.setattr(clean.dist, "all_reduce", lambda tensor, group: seen.append(hooks._unobserved.active)
+                        or tensor.mul_(2))
+    assert clean._try(Group(), 2) == []
+    assert seen == [True]
