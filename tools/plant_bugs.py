@@ -51,6 +51,7 @@ CL = "tests/world/test_control_lost.py::"
 UCL = "tests/unit/test_control_lost.py::"
 RW = "tests/world/test_reuse.py::"
 RS = "tests/world/test_reuse_schedule.py::"
+RC = "tests/world/test_collective_reuse.py::"
 USC = "tests/unit/test_schedule_core.py::"
 CD = "tests/world/test_c10d_faults.py::"
 CR = "tests/world/test_c10d_reports.py::"
@@ -1064,8 +1065,22 @@ BUGS = (
         "broken = False",
         (RW + "test_a_rank_that_dies_during_the_check_ends_the_world_there",)),
     Bug("a reused world that lost a rank runs the next entry", "rpc_harness/_parent/live.py",
-        "        if gone:\n            self.kill_all()", "        if False:\n            self.kill_all()",
+        "        if self._gone():\n            self.kill_all()", "        if False:\n            self.kill_all()",
         (RW + "test_a_kill_a_hang_and_a_failure_each_end_the_world",)),
+    Bug("39 a reused collective world's check reaches the entry's failpoints", "rpc_harness/c10d/hooks.py",
+        '        if watch is None or getattr(_unobserved, "active", False):', "        if watch is None:",
+        (RC + "test_a_plans_failpoint_at_a_collective_never_fires_in_the_check_between_entries",)),
+    Bug("39 a reused collective world's check trusts one rank's collectives for all", "rpc_harness/c10d/clean.py",
+        "    if clean and not all(shown for _, _, shown in peers.values()):",
+        "    if clean and not any(shown for _, _, shown in peers.values()):",
+        ("tests/unit/test_c10d_clean.py::test_where_any_rank_did_not_show_the_group_usable_every_rank_tries_it",)),
+    Bug("39 a rank silent when asked for its stacks is said inside its collective", "rpc_harness/_parent/supervisor.py",
+        "        self.unwritten.update(silent)\n", "",
+        ("tests/unit/test_collective_supervisor.py::"
+         "test_a_rank_that_does_not_answer_for_its_stacks_has_its_completions_unwritten",)),
+    Bug("a rank stuck as its entry returned shows no thread", "rpc_harness/_parent/stacks.py",
+        "            if len(lines) <= 1 and returned:", "            if len(lines) <= 1 and not returned:",
+        ("tests/unit/test_report_stacks.py::test_a_thread_stuck_as_its_entry_returned_is_shown_saying_so",)),
     Bug("a reused world's entry counts the hits of the entries before it", "rpc_harness/_parent/live.py",
         'read_event_lines(rank_file(self.workdir, rank, "events"), self.events_read.get(rank, 0))',
         'read_event_lines(rank_file(self.workdir, rank, "events"))',
@@ -1077,8 +1092,8 @@ BUGS = (
         "        refused = refusal(spec)\n        if refused is None:", "        refused = None\n        if refused is None:",
         (RW + "test_worlds_a_reused_world_cannot_run_are_refused_by_name",)),
     Bug("41 a reused world's entry under a controlled schedule runs free", "rpc_harness/_parent/live.py",
-        "                                    controlled=self.link is not None))",
-        "                                    controlled=False))",
+        "                                    controlled=self.link is not None, check=self.checks_at_once))",
+        "                                    controlled=False, check=self.checks_at_once))",
         (RS + "test_the_same_schedule_takes_the_same_steps_fresh_and_in_a_reused_world",)),
     Bug("41 a controlled entry's schedule is part of its live world's shape", "rpc_harness/_parent/live.py",
         "                                  failpoints=None, expect=None, bringup=None, schedule=\"free\")",

@@ -71,6 +71,15 @@ FRAMES_ENV = "RPC_HARNESS_FRAMES"  # 1: reports show the harness's own frames to
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _BOOTSTRAP_NOTE = "  (harness bootstrap frames omitted)"
 _THREAD_ID_RE = re.compile(r"^((?:Current thread|Thread) )0x[0-9a-f]+")
+# A thread whose innermost Python frame is the harness's call of the program
+# (_rank/rank.py: ``value = program(...)``) has returned from it and is in C
+# code freeing what it left: its block is not dropped as the harness's own.
+# Seen (torch 2.13, gloo): a DDP model dropped as its entry returned frees
+# its process group, whose destructor joins gloo's threads holding the GIL,
+# while one of them waits for the GIL to free a work made in a backward pass.
+_PROGRAM_CALL_RE = re.compile(r"\bprogram\(")
+RETURNED = ("  (its entry has returned: this thread is in C code, freeing what the entry left behind, such as "
+            "a model and its process group, and that does not end)")
 
 
 def show_harness_frames() -> bool:
@@ -86,9 +95,12 @@ def readable_stacks(text: str, *, harness_frames: bool = False) -> tuple[str, in
     for block in text.strip().split("\n\n") if text.strip() else []:
         lines = block.splitlines()
         if not harness_frames:
+            returned = _returned_from_program(lines)
             lines, dropped = _without_harness_frames(lines)
             hidden += dropped
-            if len(lines) <= 1:  # a thread only the harness had frames in
+            if len(lines) <= 1 and returned:
+                lines.append(RETURNED)
+            elif len(lines) <= 1:  # a thread only the harness had frames in
                 continue
         key = _THREAD_ID_RE.sub(r"\1", "\n".join(lines))
         if key in seen:
@@ -106,6 +118,14 @@ def same_stacks(a: str, b: str) -> bool:
     """Whether two dumps are alike but for their threads' ids."""
     return [_THREAD_ID_RE.sub(r"\1", line) for line in a.splitlines()] == [
         _THREAD_ID_RE.sub(r"\1", line) for line in b.splitlines()]
+
+
+def _returned_from_program(lines: list[str]) -> bool:
+    """Whether a thread's innermost frame is the harness's call of the program."""
+    frames = _frames(lines[1:])
+    if not frames or frames[0][0] is None or not frames[0][0].endswith(_RANK_FILE):
+        return False
+    return any(_PROGRAM_CALL_RE.search(line) for line in frames[0][1][1:])
 
 
 def _without_harness_frames(lines: list[str]) -> tuple[list[str], int]:

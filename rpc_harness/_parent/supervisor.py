@@ -514,6 +514,9 @@ class Supervisor:
             _signal(self.procs[rank].pid, signal.SIGUSR1)
         # A frozen rank (SIGSTOP) answers neither way: no second wait for it.
         silent = self._await_stacks(ranks, signalled=unarmed) - unarmed - self.frozen
+        # Its answer would have written its collectives' completions first:
+        # those since its last look are unknown, not unfinished.
+        self.unwritten.update(silent)
         for rank in sorted(silent):
             _signal(self.procs[rank].pid, signal.SIGUSR1)
         self._await_stacks(silent, signalled=silent)

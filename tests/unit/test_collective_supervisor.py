@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from types import SimpleNamespace
@@ -110,3 +112,27 @@ def test_a_failure_is_a_failure_without_a_planned_kill_or_in_an_rpc_world(tmp_pa
         _killed_by_the_plan(tmp_path, 2)  # an RPC world's survivors may handle a dead peer: their failures count
     supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
     assert supervisor.outcomes[0].status == R.RAISED
+
+
+def test_a_rank_that_does_not_answer_for_its_stacks_has_its_completions_unwritten(tmp_path, monkeypatch):
+    # A rank answers through its FIFO after writing its collectives'
+    # completions; one stuck holding the GIL (DDP's process group freed as
+    # the entry returned, torch 2.13) cannot: an op of its history not
+    # written complete is not known to be unfinished.
+    monkeypatch.setattr("rpc_harness._parent.supervisor._STACK_WAIT", 0.2)
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    fifo = rank_file(str(tmp_path), 1, "dump")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDWR)  # armed: a request goes in, and nobody answers it
+    stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGUSR1, "
+                              "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        assert stuck.stdout.readline() == b"ready\n"
+        supervisor.procs[1] = SimpleNamespace(pid=stuck.pid, sentinel=stuck.stdout.fileno())
+        supervisor.dump_stacks([1])
+    finally:
+        stuck.kill()
+        stuck.wait()
+        stuck.stdout.close()
+        os.close(reader)
+    assert supervisor.unwritten == {1}

@@ -42,3 +42,30 @@ def test_threads_with_the_same_stack_are_shown_once():
     text, _ = readable_stacks("\n\n".join(FUTURE_WAIT.format(n=n).rstrip() for n in range(3)))
     assert text.count("in train") == 1, text
     assert "(and 2 more thread(s) with this stack)" in text
+
+
+# A rank hung as its entry returned (seen with torch 2.13: a DDP model freed
+# as the entry returned frees its process group, whose destructor waits for
+# gloo's threads while holding the GIL): faulthandler's dump of it.
+FREEING = (
+    "Thread 0x00007f5d64ff16c0 (most recent call first):\n"
+    "  <no Python frame>\n\n"
+    "Current thread 0x00007f5d9d3f1b80 (most recent call first):\n"
+    '  File "/x/rpc_harness/_rank/rank.py", line 153 in _run\n'
+    "    value = program(ctx, *args, **kwargs)\n"
+    "  (harness bootstrap frames omitted)"
+)
+
+
+def test_a_thread_stuck_as_its_entry_returned_is_shown_saying_so():
+    text, _ = readable_stacks(FREEING)
+    assert text.endswith("Current thread 0x00007f5d9d3f1b80 (most recent call first):\n"
+                         "  (its entry has returned: this thread is in C code, freeing what the entry left behind, "
+                         "such as a model and its process group, and that does not end)"), text
+
+
+def test_a_thread_only_the_harness_has_frames_in_is_still_left_out(monkeypatch):
+    monkeypatch.setattr("rpc_harness._parent.stacks._STDLIB", "/usr/lib/python3.11/")
+    waiting = SHUTDOWN_WAIT.replace('  File "/x/tests/programs/tutorial_ps.py", line 100 in run_worker\n'
+                                    "    rpc.shutdown()\n", "")
+    assert readable_stacks(waiting) == ("", 4)  # _recv, leave, shutdown, _run
