@@ -21,6 +21,18 @@ def leave_group():
     dist.destroy_process_group()
 
 
+def leave_ddp_group():
+    """Leave a group a DDP model trained over, as the model is freed after
+    it. torch 2.13 can deadlock there: the model's reducer frees the group,
+    whose destructor joins gloo's threads holding the GIL, while one of them
+    waits for the GIL to free a work made in the last backward pass (it
+    holds the pass's stashed Python context). Seen once in ~50 runs under
+    load: the rank hangs as its entry returns. In a barrier first, the main
+    thread waits without the GIL, and gloo's threads finish with those works."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def ddp_steps(ctx, steps):
     """DDP over a small model: an event before and after each step (its
     forward, backward with DDP's gradient all-reduce, and optimizer step).
@@ -36,7 +48,7 @@ def ddp_steps(ctx, steps):
         model(torch.randn(2, 8)).sum().backward()
         opt.step()
         ctx.event("step.after", step=step)
-    leave_group()
+    leave_ddp_group()
     return steps
 
 
@@ -161,7 +173,7 @@ def fsdp_steps(ctx, steps):
         model(torch.randn(2, 8)).sum().backward()
         opt.step()
         ctx.event("step.after", step=step)
-    leave_group()
+    leave_ddp_group()
     return steps
 
 
@@ -236,7 +248,7 @@ def ddp_parameters(ctx, steps):
         opt.zero_grad()
         model(batch).sum().backward()
         opt.step()
-    leave_group()
+    leave_ddp_group()
     return [p.detach().clone() for p in model.parameters()]
 
 
