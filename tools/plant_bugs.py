@@ -59,6 +59,7 @@ CH = "tests/unit/test_c10d_history.py::"
 URV = "tests/unit/test_rendezvous.py::"
 WRV = "tests/world/test_rendezvous.py::"
 EX = "tests/unit/test_explore.py::"
+FCC = "tests/world/test_collective_fault_checks.py::"
 CW = "tests/world/test_collectives.py::"
 CRU = "tests/world/test_collective_reuse.py::"
 WT = "tests/world/test_torchrun.py::"
@@ -294,6 +295,26 @@ BUGS = (
         "rpc_harness/scenarios/_collective.py", 'ratio = torch.nan_to_num(ratio, nan=float("inf"), posinf=float("inf"))',
         'ratio = torch.nan_to_num(ratio, nan=float("inf"))',
         (UCJ + "test_compare_within_allows_no_difference_where_the_bound_is_zero_and_counts_empty_tensors",)),
+    # The fault checks rpc-harness run runs for them: inside the collectives their models issue.
+    Bug("ddp's run kill check strikes at the step, never inside the reducer's all-reduce",
+        "rpc_harness/scenarios/ddp/__init__.py", 'kill:{last}@c10d.all_reduce#', 'kill:{last}@ddp.step#',
+        (FCC + "test_runs_kill_check_kills_inside_a_collective_and_the_verdict_names_it_and_the_step",)),
+    Bug("ddp's run slow check delays the step, never the reducer's all-reduce",
+        "rpc_harness/scenarios/ddp/__init__.py", 'delay:{last}@c10d.all_reduce=0.01s', 'delay:{last}@ddp.step=0.01s',
+        (FCC + "test_runs_slow_check_delays_a_collective_the_model_issues_and_changes_nothing",)),
+    Bug("fsdp's run kill check aims a step late (past the last reduce-scatter at the smallest budget)",
+        "rpc_harness/scenarios/fsdp/__init__.py", "#{(step - 1) * units + 1}", "#{step * units + 1}",
+        (FCC + "test_runs_kill_check_kills_inside_a_collective_and_the_verdict_names_it_and_the_step",)),
+    Bug("ddp_rpc's verdict does not say in which step a kill inside DDP's all-reduce struck",
+        "rpc_harness/scenarios/ddp_rpc/judge.py", 'collective_contract(world, step="trainer.step")',
+        "collective_contract(world)",
+        (FCC + "test_runs_kill_check_kills_inside_a_collective_and_the_verdict_names_it_and_the_step",)),
+    Bug("the fsdp baseline counts a parameter's AdamW steps by the step's index (wrong once AdamW skipped it)",
+        "rpc_harness/scenarios/fsdp/baseline.py", 'torch.tensor(float(taken))', 'torch.tensor(float(step))',
+        ("tests/unit/test_fsdp_judge.py::test_a_parameter_adamw_skipped_is_replayed_as_skipped_with_its_own_step_count",)),
+    Bug("the fsdp baseline gives the state of a parameter AdamW skipped no bound (the judge crashes)",
+        "rpc_harness/scenarios/fsdp/baseline.py", "state_bounds[key] = torch.zeros(", "pass  # (",
+        ("tests/unit/test_fsdp_judge.py::test_a_parameter_adamw_skipped_is_replayed_as_skipped_with_its_own_step_count",)),
     # -- issue 24: the guards around the capabilities, one bug for each --------------------------
     Bug("1 spawn keeps the program's own env:// rendezvous", "rpc_harness/_rank/lifecycle.py",
         "self.ctx, self.init_method if init_method == DEFAULT_INIT_METHOD else init_method, timeout,",

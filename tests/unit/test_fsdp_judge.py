@@ -313,3 +313,81 @@ def test_the_contract_is_the_collective_one():
     assert verdict == _verdicts.collective_contract(killed)
     assert verdict.ok and verdict.note.startswith("worker1 killed as planned at fsdp.step #2")
     assert not judge.contract(world([outcome(0, "worker0"), outcome(1, "worker1")], faults=kill), None, CONFIG).ok
+
+
+def adamw_run(skipped: dict[int, tuple[str, ...]]) -> dict:
+    """The records of a run that trained as the ranks do, one AdamW kept
+    across the steps, but in which the gradients named in ``skipped[step]``
+    were never reduced at that step (AdamW then leaves the parameter, and
+    its state and step count, as they were). Independent of the baseline:
+    the gradients are the global batch's, the steps AdamW's own."""
+    model = fsdp.build_model(CONFIG, SEED)
+    named = dict(model.named_parameters())
+    init = {name: p.detach().clone() for name, p in named.items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CONFIG.lr, weight_decay=CONFIG.weight_decay)
+    steps = []
+    for step in range(CONFIG.steps):
+        optimizer.zero_grad(set_to_none=True)
+        x, y = fsdp.global_batch(CONFIG, SEED, WORLD, step)
+        loss = fsdp.loss_fn(model(x), y)
+        loss.backward()
+        for name in skipped.get(step, ()):
+            named[name].grad = None
+        grads = {name: p.grad.clone() for name, p in named.items() if p.grad is not None}
+        optimizer.step()
+        state = {f"{name}.{key}": optimizer.state[p][key].clone() for name, p in named.items()
+                 for key in ("exp_avg", "exp_avg_sq") if key in optimizer.state.get(p, {})}
+        params = {name: p.detach().clone() for name, p in named.items()}
+        steps.append({"loss": loss.item(), "grads": grads, "params": params, "state": state})
+    return {f"worker{rank}": {"rank": rank, "seed": SEED, "init": init, "steps": [
+        {"loss": s["loss"], **{kind: {name: shards(t, rank, WORLD) for name, t in s[kind].items()}
+                               for kind in ("grads", "params", "state")}} for s in steps]}
+            for rank in range(WORLD)}
+
+
+def replayed(records: dict) -> dict:
+    return fsdp.baseline(CONFIG, WORLD, SEED, judge.replay_points(records))
+
+
+def test_a_parameter_adamw_skipped_is_replayed_as_skipped_with_its_own_step_count():
+    # head.bias reduced no gradient at step 0 (AdamW has no state for it
+    # yet); norm.bias none at step 1 (its state stays, and its count: at
+    # step 2 it takes its second AdamW step, not its third).
+    records = adamw_run({0: ("head.bias",), 1: ("norm.bias",)})
+    expected = replayed(records)
+    assert "head.bias.exp_avg" not in expected["steps"][0]["state"]
+    assert torch.equal(expected["steps"][1]["state"]["norm.bias.exp_avg"],
+                       judge.whole(records)["steps"][0]["state"]["norm.bias.exp_avg"])
+    # head.bias's first AdamW step, at step 1, is bounded as a first step (bias corrected by 1, not 2).
+    start, after = judge.replay_points(records)[1], expected["steps"][1]
+    first = fsdp.adamw_bounds(CONFIG, 1, start["grads"]["head.bias"], torch.zeros(()), start["params"]["head.bias"],
+                              None, None, after["state"]["head.bias.exp_avg"], after["state"]["head.bias.exp_avg_sq"])
+    assert torch.equal(after["param_bounds"]["head.bias"], first["param"])
+    result = judge.compare(records, expected, CONFIG, SEED)
+    # What differs is what the run did: no gradient where the baseline's model has one. Every
+    # parameter and state tensor, skipped or not, is within its bound of AdamW's own.
+    assert [(m.step, m.param, m.what) for m in result.mismatches] == [
+        (0, "head.bias (missing in the distributed run)", "gradient"),
+        (1, "norm.bias (missing in the distributed run)", "gradient")]
+    assert result.details["others_checked"] == result.details["others_expected"] == CONFIG.steps * 3 * PARAMS - 2
+
+
+def test_adamw_state_on_one_side_only_is_named_as_a_difference():
+    # The run holds state for a parameter it reduced no gradient for (an
+    # optimizer that stepped it anyway): the baseline has none.
+    records = adamw_run({0: ("head.bias",)})
+    for record in records.values():
+        for key in ("exp_avg", "exp_avg_sq"):
+            record["steps"][0]["state"][f"head.bias.{key}"] = torch.zeros_like(record["steps"][0]["params"]["head.bias"])
+    at_step_0 = [(m.param, m.what) for m in judge.compare(records, replayed(records), CONFIG, SEED).mismatches
+                 if m.step == 0]
+    assert at_step_0 == [("head.bias (missing in the distributed run)", "gradient"),
+                         ("head.bias.exp_avg (missing in the baseline)", "AdamW state"),
+                         ("head.bias.exp_avg_sq (missing in the baseline)", "AdamW state")]
+    # The run lost the state of a parameter AdamW stepped: the baseline has it.
+    records = adamw_run({})
+    for record in records.values():
+        del record["steps"][1]["state"]["head.bias.exp_avg"]
+    at_step_1 = [(m.param, m.what) for m in judge.compare(records, replayed(records), CONFIG, SEED).mismatches
+                 if m.step == 1]
+    assert at_step_1 == [("head.bias.exp_avg (missing in the distributed run)", "AdamW state")]

@@ -109,5 +109,6 @@ def test_a_raise_in_a_trainer_is_reported_from_it_through_the_master_at_once():
     report = ddp_rpc.run(CI, world_size=4, seed=8, faults="raise:trainer1@optimizer.step#2", deadline=30)
     ddp_rpc.check(report)
     assert not report.world.timed_out and report.details["origin"] == "trainer1"
-    assert report.contract_note.startswith("trainer1 raised as planned at optimizer.step #2 (reported by master")
+    assert report.contract_note.startswith(
+        "trainer1 raised as planned at optimizer.step #2, during trainer.step #2 (reported by master")
     assert "InjectedFault" in report.world["master"].error and "trainer1" in report.world["master"].error

@@ -67,13 +67,17 @@ __all__ = [
 
 
 def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
-    """The contracts ``rpc-harness run`` checks besides the clean world: a
-    slow rank changes nothing; a killed one ends the world, named (from two
-    ranks up: someone must be left to notice)."""
+    """The contracts ``rpc-harness run`` checks besides the clean world, at
+    the all-reduce DDP's reducer issues from C++ inside ``backward()``: a
+    rank slow in it changes nothing; one killed in it ends the world, named
+    with the collective and the step (from two ranks up: someone must be
+    left to notice). Every config all-reduces at least once a step (once a
+    gradient bucket; only the last micro-batch of an accumulation), so the
+    hit ``min(3, steps)`` exists at every world size and budget."""
     last = names(world_size)[-1]
-    checks = {"slow": f"delay:{last}@ddp.step=0.02s"}
+    checks = {"slow": f"delay:{last}@c10d.all_reduce=0.01s"}
     if world_size >= 2:
-        checks["kill"] = f"kill:{last}@ddp.step#{min(3, config.steps)}"
+        checks["kill"] = f"kill:{last}@c10d.all_reduce#{min(3, config.steps)}"
     return checks
 
 

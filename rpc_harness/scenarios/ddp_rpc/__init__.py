@@ -80,10 +80,11 @@ __all__ = [
 
 def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
     """The contracts ``rpc-harness run`` checks besides the clean world: a
-    slow parameter server changes nothing; a trainer killed inside DDP's
-    gradient all-reduce (once a step) ends the world, naming it and the collective."""
+    slow parameter server, and a trainer slow in DDP's gradient all-reduce,
+    change nothing; a trainer killed inside that all-reduce (once a step,
+    its one bucket) ends the world, naming it, the collective and the step."""
     last = trainer_names(world_size)[-1]
-    return {"slow": f"delay:{PS}@ps.forward=0.01s",
+    return {"slow": f"delay:{PS}@ps.forward=0.01s,delay:{last}@c10d.all_reduce:{TRAINER_GROUP}=0.01s",
             "kill": f"kill:{last}@c10d.all_reduce:{TRAINER_GROUP}#{min(3, config.steps)}"}
 
 

@@ -32,8 +32,9 @@ def records(world: WorldResult) -> Records | None:
 
 
 def contract(world: WorldResult, records: Records | None, config: Config) -> Verdict:
-    """See rpc_harness/scenarios/_verdicts.py."""
-    return collective_contract(world)
+    """See rpc_harness/scenarios/_verdicts.py; a fault inside a trainer's
+    collective is placed in its step by ``trainer.step``."""
+    return collective_contract(world, step="trainer.step")
 
 
 def first_trainer(records: Records) -> dict[str, Any]:

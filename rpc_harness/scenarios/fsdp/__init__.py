@@ -58,13 +58,22 @@ __all__ = [
 
 
 def _fault_checks(world_size: int, config: Config) -> dict[str, str]:
-    """The contracts ``rpc-harness run`` checks besides the clean world: a
-    slow rank changes nothing; a killed one ends the world, named."""
+    """The contracts ``rpc-harness run`` checks besides the clean world, at
+    FSDP2's own collectives: a rank slow in its all-gathers and
+    reduce-scatters changes nothing; one killed in a reduce-scatter ends the
+    world, named with the collective and the step. fully_shard on each block
+    and on the root reduce-scatters each unit's gradients once a step
+    (``layers + 1`` a step, whatever the options), so the kill is the first
+    reduce-scatter of step ``min(3, steps)``. With one rank FSDP2 issues no
+    collective: the slow rank is slow at its step, and nobody is left to
+    notice a kill."""
     last = names(world_size)[-1]
-    checks = {"slow": f"delay:{last}@fsdp.step=0.02s"}
-    if world_size >= 2:
-        checks["kill"] = f"kill:{last}@fsdp.step#{min(3, config.steps)}"
-    return checks
+    if world_size == 1:
+        return {"slow": f"delay:{last}@fsdp.step=0.02s"}
+    units = config.layers + 1
+    step = min(3, config.steps)
+    return {"slow": f"delay:{last}@c10d.all_gather_into_tensor=0.01s,delay:{last}@c10d.reduce_scatter_tensor=0.01s",
+            "kill": f"kill:{last}@c10d.reduce_scatter_tensor#{(step - 1) * units + 1}"}
 
 
 def _replay(config: Config, world_size: int, seed: int, records: judge.Records) -> Any:

@@ -14,9 +14,10 @@ factor of two. Together the two checks pin every step.
 
 AdamW's bound, first order in the unit roundoff ``u``, from the gradient's
 bound ``Bg`` (0 here: the run's own gradients are fed), element by element,
-with ``t`` the step, ``m``, ``v`` the state before it and ``m'``, ``v'``
-after, and every elementwise operation rounding once (``u`` of its result;
-four of them allowed per line)::
+with ``t`` the parameter's own AdamW step (the steps it had a gradient in),
+``m``, ``v`` the state before it and ``m'``, ``v'`` after, and every
+elementwise operation rounding once (``u`` of its result; four of them
+allowed per line)::
 
     Bm     = (1 - b1) Bg + 4u (b1 |m| + (1 - b1) |g|)
     Bv     = (1 - b2) (2|g| + Bg) Bg + 4u (b2 v + (1 - b2) g^2)
@@ -40,6 +41,7 @@ from .model import build_model, fan_in, global_batch, loss_fn
 
 BETAS = (0.9, 0.999)  # AdamW's defaults, which the ranks use
 EPS = 1e-8
+MOMENTS = ("exp_avg", "exp_avg_sq")  # AdamW's state of a parameter, as the ranks record it
 
 
 def baseline(config: Config, world_size: int, seed: int, before: list[dict[str, Any]]) -> dict[str, Any]:
@@ -61,11 +63,16 @@ def baseline(config: Config, world_size: int, seed: int, before: list[dict[str, 
                 for name, p in named.items():
                     p.copy_(start["params"][name])
                     if f"{name}.exp_avg" in start["state"]:
-                        optimizer.state[p] = {"step": torch.tensor(float(step)),
+                        # AdamW's count is the parameter's own: the steps the run reduced a gradient
+                        # for it in (AdamW skips a parameter without one), not the step's index.
+                        taken = sum(name in earlier["grads"] for earlier in before[:step])
+                        optimizer.state[p] = {"step": torch.tensor(float(taken)),
                                               "exp_avg": start["state"][f"{name}.exp_avg"].clone(),
                                               "exp_avg_sq": start["state"][f"{name}.exp_avg_sq"].clone()}
-            previous = {name: (p.detach().clone(), optimizer.state[p].get("exp_avg"),
-                               optimizer.state[p].get("exp_avg_sq")) for name, p in named.items()}
+            # optimizer.state.get, never optimizer.state[p]: it is a defaultdict, and a lookup
+            # would leave an empty state behind for a parameter AdamW never stepped.
+            previous = {name: (p.detach().clone(), *(optimizer.state.get(p, {}).get(key) for key in MOMENTS))
+                        for name, p in named.items()}
             x, y = global_batch(config, seed, world_size, step)
             loss = loss_fn(model(x), y)
             loss.backward()
@@ -77,16 +84,22 @@ def baseline(config: Config, world_size: int, seed: int, before: list[dict[str, 
                     p.grad = fed[name].clone() if name in fed else None
             optimizer.step()
             params = {name: p.detach().clone() for name, p in named.items()}
+            # The state AdamW holds: none for a parameter the run never reduced a gradient for, so
+            # that the judge names state on one side only as a difference.
             state = {f"{name}.{key}": optimizer.state[p][key].detach().clone()
-                     for name, p in named.items() if p in optimizer.state for key in ("exp_avg", "exp_avg_sq")}
+                     for name, p in named.items() for key in MOMENTS if key in optimizer.state.get(p, {})}
             grad_bounds = {name: reassociation_bound(magnitude[name], terms, fan_in(config)) for name in grads}
             param_bounds, state_bounds = {}, {}
             for name in params:
                 p_before, m_before, v_before = previous[name]
                 if name not in fed:  # the run reduced no gradient for it: AdamW skipped it, and must have
+                    # left it and any state it has exactly as they were.
                     param_bounds[name] = torch.zeros(params[name].shape, dtype=torch.float64)
+                    for key in (f"{name}.{moment}" for moment in MOMENTS if f"{name}.{moment}" in state):
+                        state_bounds[key] = torch.zeros(state[key].shape, dtype=torch.float64)
                     continue
-                bounds = adamw_bounds(config, step + 1, fed[name], torch.zeros(()), p_before, m_before, v_before,
+                t = int(optimizer.state[named[name]]["step"])  # the count AdamW corrected its bias by
+                bounds = adamw_bounds(config, t, fed[name], torch.zeros(()), p_before, m_before, v_before,
                                       state[f"{name}.exp_avg"], state[f"{name}.exp_avg_sq"])
                 param_bounds[name] = bounds["param"]
                 state_bounds[f"{name}.exp_avg"], state_bounds[f"{name}.exp_avg_sq"] = bounds["m"], bounds["v"]
