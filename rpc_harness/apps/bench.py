@@ -47,7 +47,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from rpc_harness import run_world, strict_json
+from rpc_harness import run_world, spawn, strict_json
 from rpc_harness.context import RankContext, activate, failpoint
 from rpc_harness.scenario import Scenario, make_config, run_scenario, runs_on_devices
 
@@ -561,7 +561,6 @@ def _scenario_row(sc: Scenario, size: int, per_call: float, *, count_hits: bool)
 def schedule_cost(repeat: int) -> dict[str, Any]:
     """Worlds per minute of a 3-rank world (bank, auditor, one client) run
     free and under a controlled schedule, and the steps a schedule took."""
-    from rpc_harness import spawn
 
     from . import races
 
@@ -633,7 +632,6 @@ def schedules_until_failure(seeds: int, cap: int) -> dict[str, Any]:
     seeds, how many worlds it takes to fail (at most ``cap`` each); median,
     worst, and for PCT the measured rate against its bound. A world that
     fails for another reason than the race is counted apart and named."""
-    from rpc_harness import spawn
 
     rows = []
     for label, entry, nprocs, args, says in race_programs():
@@ -775,6 +773,34 @@ def reused_schedules(count: int) -> dict[str, Any]:
     return out
 
 
+def timeout_verdicts(reruns: int, rpc_timeout: float = 30.0) -> dict[str, Any]:
+    """A world whose verdict rests on the world's ``rpc_timeout`` (a reply
+    that takes 2 s longer; ``races.impatient_worker``): free-running once
+    (the timeout's real time), then under a controlled schedule ``reruns``
+    times, seeds 1 on (the timeout on the schedule's clock): wall times and
+    the caller's verdicts, which must be the free-running one every time."""
+    from . import races
+
+    def world(schedule: str, seed: int) -> tuple[float, str]:
+        started = time.perf_counter()
+        result = spawn(races.impatient_worker, args=(2,), nprocs=2, kwargs={"sleep": rpc_timeout + 2}, seed=seed,
+                       schedule=schedule, rpc_timeout=rpc_timeout, deadline=4 * rpc_timeout)
+        return time.perf_counter() - started, str(result["impatient"].value)
+
+    free_s, free_verdict = world("free", 0)
+    runs = [world("controlled", seed) for seed in range(1, reruns + 1)]
+    times = [seconds for seconds, _ in runs]
+    same = sum(verdict == free_verdict for _, verdict in runs)
+    out = {"rpc_timeout_s": rpc_timeout, "free_s": free_s, "free_verdict": free_verdict, "reruns": reruns,
+           "controlled_median_s": statistics.median(times), "controlled_max_s": max(times), "same_verdict": same,
+           "verdicts": sorted({verdict for _, verdict in runs})}
+    print(f"  a verdict on a {rpc_timeout:g} s rpc_timeout: free-running {free_s:.1f} s; under control median "
+          f"{out['controlled_median_s']:.2f} s, max {out['controlled_max_s']:.2f} s "
+          f"({free_s / out['controlled_median_s']:.0f}x); the free-running verdict {same} times of {reruns}",
+          flush=True)
+    return out
+
+
 def _percent(fraction: float) -> str:
     """Two significant figures: PCT's bounds run from tenths of a percent to
     thousandths of one."""
@@ -789,7 +815,7 @@ def _until(row: dict[str, Any]) -> str:
 
 
 SECTIONS = ("bring-up", "fixture", "reuse", "collectives", "failure", "failpoint", "recording", "scenarios",
-            "schedules", "exhaustive")
+            "schedules", "exhaustive", "timeouts")
 
 
 def run_bench(
@@ -846,6 +872,8 @@ def run_bench(
         figures["exhaustive"] = exhaustive_search(30 if quick else 300, 30 if quick else 100, 10 if quick else 100,
                                                   2 if quick else 5, 5 if quick else 20)
         figures["reused_schedules"] = reused_schedules(20 if quick else 100)
+    if "timeouts" in only:
+        figures["timeouts"] = timeout_verdicts(5 if quick else 20)
     if "scenarios" in only and not (quick and only == SECTIONS):
         figures["scenarios"] = scenario_rates(scenarios, per_call)
     return _finish(figures, json_path)
@@ -986,6 +1014,18 @@ def table(figures: dict[str, Any]) -> str:
                      f"{reused['reused']['per_s'] / reused['fresh']['per_s']:.0f}x |")
         lines.append(f"| lost update as an entry of run(...), DPOR in a reused 4-rank world | "
                      f"{reused['race']['verdict']}, {reused['race']['seconds']:.1f} s | | |")
+    timeouts = figures.get("timeouts")
+    if timeouts:
+        lines.append("")
+        # The "spawn way" column holds the free-running world here, the ratio free / controlled.
+        lines.append("| measurement | under a controlled schedule | free-running | ratio |")
+        lines.append("|---|---|---|---|")
+        lines.append(f"| a world whose verdict rests on a {timeouts['rpc_timeout_s']:g} s rpc_timeout, wall time "
+                     f"(median of {timeouts['reruns']}, max) | {timeouts['controlled_median_s']:.2f} s, "
+                     f"{timeouts['controlled_max_s']:.2f} s | {timeouts['free_s']:.1f} s | "
+                     f"{timeouts['free_s'] / timeouts['controlled_median_s']:.0f}x |")
+        lines.append(f"| its verdict: the free-running one ({timeouts['free_verdict'][:60]}...) | "
+                     f"{timeouts['same_verdict']} of {timeouts['reruns']} | once | |")
     device = figures.get("device")
     if device:
         # The "spawn way" column holds the CPU's figure here, the ratio device / CPU time.

@@ -171,3 +171,29 @@ def collector_entry(ctx):
     order = list(_log)
     _log.clear()
     return order
+
+
+# A verdict that rests on a timeout: ``impatient`` asks ``server`` for a
+# reply it takes ``sleep`` seconds to make, and waits the world's RPC
+# timeout for it (``rpc_timeout``, 30 s in the bench). Free-running, torch
+# marks the call with its timeout error once that time has passed; under a
+# controlled schedule both the sleep and the timeout run on the schedule's
+# clock, so the same verdict comes at once.
+IMPATIENT_NAMES = ("server", "impatient")
+
+
+def slow_reply(seconds):
+    time.sleep(seconds)
+    return "answered"
+
+
+def impatient_worker(rank, world_size, sleep=60.0):
+    rpc.init_rpc(IMPATIENT_NAMES[rank], rank=rank, world_size=world_size)
+    outcome = None
+    if rank == 1:
+        try:
+            outcome = rpc.rpc_sync("server", slow_reply, args=(sleep,))
+        except RuntimeError as error:
+            outcome = f"{type(error).__name__}: {error}"
+    rpc.shutdown()
+    return outcome
