@@ -253,7 +253,7 @@ def _search(run: Callable[[int, str], Attempt], *, seed: int, strategy: str, sch
             found.found = attempt
             break
         if check_every and search.runs % check_every == 0:
-            problem = _run_twice(run, seed, steps, found)
+            problem = _run_twice(run, seed, steps, found, lost=attempt.lost_at is not None)
             if problem is not None:
                 found.nondeterministic = problem
                 break
@@ -272,11 +272,18 @@ def _controlled_steps(attempt: Attempt) -> list[S.Step]:
 
 
 def _run_twice(run: Callable[[int, str], Attempt], seed: int, steps: Sequence[S.Step],
-               found: Exploration) -> str | None:
-    """Run the schedule just run again, and compare the two step by step."""
+               found: Exploration, *, lost: bool = False) -> str | None:
+    """Run the schedule just run again, and compare the two step by step.
+    Where either run lost control (``lost``: the first did), only the steps
+    both chose are compared: where control is lost depends on the real
+    clock (a stall, a lock the scheduler cannot see), not on the program."""
     found.checks += 1
     again = run(seed, dpor.Branch(tuple(step.task for step in steps)).schedule)
-    problem = dpor.compare(steps, _controlled_steps(again))
+    second = _controlled_steps(again)
+    if lost or again.lost_at is not None:
+        common = min(len(steps), len(second))
+        steps, second = steps[:common], second[:common]
+    problem = dpor.compare(steps, second)
     again.forget()
     return problem
 

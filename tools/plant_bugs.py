@@ -1102,6 +1102,10 @@ BUGS = (
     Bug("a rank stuck as its entry returned shows no thread", "rpc_harness/_parent/stacks.py",
         "            if len(lines) <= 1 and returned:", "            if len(lines) <= 1 and not returned:",
         ("tests/unit/test_report_stacks.py::test_a_thread_stuck_as_its_entry_returned_is_shown_saying_so",)),
+    Bug("41 a world that lost control at another step on its rerun is called nondeterministic",
+        "rpc_harness/explore.py", "    if lost or again.lost_at is not None:", "    if False:",
+        ("tests/unit/test_dpor.py::"
+         "test_a_schedule_run_twice_that_lost_control_at_another_step_is_not_called_nondeterministic",)),
     Bug("a reused world's entry counts the hits of the entries before it", "rpc_harness/_parent/live.py",
         'read_event_lines(rank_file(self.workdir, rank, "events"), self.events_read.get(rank, 0))',
         'read_event_lines(rank_file(self.workdir, rank, "events"))',

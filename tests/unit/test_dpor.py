@@ -444,11 +444,12 @@ def test_dpor_misses_no_outcome_of_programs_hypothesis_writes(program: dict[int,
 
 # -- the determinism check, through explore_runs -----------------------------------------------------
 
-def model_runner(program: dict[int, tuple], *, tamper_run: int | None = None):
+def model_runner(program: dict[int, tuple], *, tamper_run: int | None = None, lose_control=lambda run: None):
     """explore_runs' ``run`` over the model: each schedule run as a world
     would run it. Run number ``tamper_run`` (from 1) shows one more task
     able to run at step 2 than the program has: a world that is not
-    deterministic under its schedule."""
+    deterministic under its schedule. ``lose_control(run number)``: the
+    step at which that run lost control (None: it did not)."""
     from rpc_harness import FaultPlan, WorldResult
     from rpc_harness.explore import Attempt
     from rpc_harness.result import RankOutcome
@@ -464,7 +465,8 @@ def model_runner(program: dict[int, tuple], *, tamper_run: int | None = None):
                         cause=t.cause, timer=t.timer, objects=t.objects) for i, t in enumerate(taken)]
         world = WorldResult(names=tuple(f"r{rank}" for rank in program), seed=seed, faults=FaultPlan(), deadline=5.0,
                             ranks=[RankOutcome(rank, f"r{rank}", status="ok") for rank in program],
-                            schedule=steps, problems=problems, schedule_label="dpor")
+                            schedule=steps, problems=problems, schedule_label="dpor",
+                            control_lost_at=lose_control(len(calls)))
         return Attempt(seed, schedule, world, False)
 
     return run_one, calls
@@ -494,6 +496,23 @@ def test_a_program_that_shows_other_tasks_when_a_schedule_runs_again_is_reported
     assert not found.exhausted
     assert found.verdict() == ("not exhausted: the program is not deterministic under its schedule "
                                f"({found.nondeterministic}); stopped after 5 schedules")
+
+
+def test_a_schedule_run_twice_that_lost_control_at_another_step_is_not_called_nondeterministic() -> None:
+    # Where a world loses control (a stall, a lock the scheduler cannot see)
+    # depends on the real clock: the check compares the steps both runs chose.
+    from rpc_harness.explore import explore_runs
+
+    for lose_control in (lambda run: 5 if run % 2 else 4, lambda run: 4 if run % 2 else None):
+        run_one, calls = model_runner(PIPELINE, lose_control=lose_control)
+        found = explore_runs(run_one, seed=0, schedules=3, strategy="dpor", check_every=1)
+        assert not found.nondeterministic and found.checks == len(found.attempts) >= 1, found.verdict()
+        assert len(calls) == 2 * len(found.attempts)  # each schedule run, then run again
+        assert not found.exhausted and any("lost control" in cut for cut in found.cut_by)
+    # A step both chose that differs is still found.
+    run_one, _ = model_runner(PIPELINE, tamper_run=2, lose_control=lambda run: 5 if run % 2 else 4)
+    found = explore_runs(run_one, seed=0, schedules=3, strategy="dpor", check_every=1)
+    assert found.nondeterministic.startswith("step 2: the tasks that could run were"), found.verdict()
 
 
 # -- races with a step the clock woke, and the initials of a race --------------------------------------
