@@ -2,6 +2,15 @@
 
 The public API. Nothing here imports torch or pytest at import time: ranks
 import torch in the forkserver, and ``pytest --help`` stays fast.
+
+PYTEST_DONT_REWRITE: pytest marks a plugin's package for assertion
+rewriting, and a session that finds it imported already, not by its own
+hook, warns "Module already imported so cannot be rewritten; rpc_harness"
+(seen in in-process pytester sessions of this project's own suite, in
+whichever one first ran in an xdist worker after some earlier test; which
+test leaves it so was not found). The package's own asserts are invariants,
+not checks of a user's code: nothing needs them rewritten, and the marker
+here tells pytest so (it reads the package's docstring).
 """
 
 from ._cuda_fork import cuda_available

@@ -1106,6 +1106,10 @@ BUGS = (
         "rpc_harness/explore.py", "    if lost or again.lost_at is not None:", "    if False:",
         ("tests/unit/test_dpor.py::"
          "test_a_schedule_run_twice_that_lost_control_at_another_step_is_not_called_nondeterministic",)),
+    Bug("38 an in-process session warns that rpc_harness cannot be rewritten", "rpc_harness/__init__.py",
+        "PYTEST_DONT_REWRITE: pytest marks", "pytest marks",
+        ("tests/unit/test_plugin_rewrite.py::"
+         "test_an_inprocess_session_does_not_warn_that_rpc_harness_cannot_be_rewritten",)),
     Bug("a reused world's entry counts the hits of the entries before it", "rpc_harness/_parent/live.py",
         'read_event_lines(rank_file(self.workdir, rank, "events"), self.events_read.get(rank, 0))',
         'read_event_lines(rank_file(self.workdir, rank, "events"))',
