@@ -11,6 +11,7 @@ process has).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -140,15 +141,23 @@ def found_anywhere(folder: str) -> bool:
     folder, the current folder) is not: a replay elsewhere must add it."""
     if not folder:
         return True
+    if folder in _library_folders():
+        return True
+    return folder not in {os.path.abspath(path) for path in sys.path}  # "" is the current folder
+
+
+@functools.cache
+def _library_folders() -> frozenset[str]:
+    """The interpreter's own library folders (asked once: sysconfig takes
+    about a millisecond, and every entry of a reused world writes its
+    replay line)."""
     import site
     import sysconfig
 
     paths = sysconfig.get_paths()
     library = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     library |= {*site.getsitepackages(), site.getusersitepackages()}
-    if folder in {os.path.abspath(path) for path in library if path}:
-        return True
-    return folder not in {os.path.abspath(path) for path in sys.path}  # "" is the current folder
+    return frozenset(os.path.abspath(path) for path in library if path)
 
 
 def _run_script(path: str) -> dict[str, Any]:
