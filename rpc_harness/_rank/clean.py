@@ -2,7 +2,9 @@
 entry must keep so that the next entry finds the world as a fresh one would.
 
 Runs in the rank (stdlib + torch), once every rank's entry has returned, on
-the supervisor's word (``msg.Check``). The rules read what torch itself
+the supervisor's word (``msg.Check``); in a world of collectives only, as
+the rank's own entry returns (``msg.RunEntry.check``: the ranks meet in
+the collective rules' exchange). The rules read what torch itself
 reports (measured on torch 2.13): ``rpc._rref_context_get_debug_info()``
 gives ``num_owner_rrefs``, ``num_forks``, ``num_pending_users`` and
 ``num_pending_futures``; ``dist_autograd._get_debug_info()`` gives
