@@ -239,7 +239,8 @@ class WorldResult:
         """A multi-line account of the world, failures first, repro line last
         (``replay=False``: for a caller that prints its own).
         Ranks that ended alike share a line, and their output is shown once;
-        a stack that an earlier rank's matches is named, not shown again.
+        every rank's stacks are shown, but a stack that an earlier rank's
+        matches is named, not shown again.
         The harness's own frames are left out unless ``harness_frames``
         (None: ``RPC_HARNESS_FRAMES=1`` in the environment)."""
         stacks = _StackPrinter(self.timed_out, show_harness_frames() if harness_frames is None else harness_frames)
@@ -260,7 +261,8 @@ class WorldResult:
             if outcome.traceback:
                 lines.append(f"--- {outcome.label} traceback{others}")
                 lines.append(stacks.traceback(outcome.traceback).rstrip())
-            lines += stacks.section(outcome)
+            for member in group:  # alike in how they ended, not in where: hung ranks wait in different places
+                lines += stacks.section(member)
             if outcome.output.strip():
                 tail = outcome.output.rstrip().splitlines()[-output_lines:]
                 lines.append(f"--- {outcome.label} output (last {len(tail)} lines){others}")

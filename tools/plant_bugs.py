@@ -1110,6 +1110,9 @@ BUGS = (
         "PYTEST_DONT_REWRITE: pytest marks", "pytest marks",
         ("tests/unit/test_plugin_rewrite.py::"
          "test_an_inprocess_session_does_not_warn_that_rpc_harness_cannot_be_rewritten",)),
+    Bug("a report shows the stacks of the first of several alike ranks only", "rpc_harness/result.py",
+        "            for member in group:  # alike", "            for member in group[:1]:  # alike",
+        ("tests/unit/test_report_alike_ranks.py::test_ranks_that_hung_alike_share_a_line_and_each_shows_where_it_waits",)),
     Bug("a reused world's entry counts the hits of the entries before it", "rpc_harness/_parent/live.py",
         'read_event_lines(rank_file(self.workdir, rank, "events"), self.events_read.get(rank, 0))',
         'read_event_lines(rank_file(self.workdir, rank, "events"))',
