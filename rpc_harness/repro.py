@@ -230,8 +230,8 @@ def python_call(spec: WorldSpec, *, modules: Sequence[tuple[str, str]] = ()) -> 
     folders = [folder for folder in dict.fromkeys([entry_folder, *(folder for _, folder in modules)])
                if not found_anywhere(folder)]
     if folders:
-        call = f"import sys; sys.path[:0] = {folders!r}; {call}"
-    return call
+        return f"import rpc_harness, sys; sys.path[:0] = {folders!r}; {call}"
+    return f"import rpc_harness; {call}"  # whole: it runs pasted into `python -c` (outside-user trial)
 
 
 def scenario_call(repro: Repro) -> str:
@@ -241,7 +241,8 @@ def scenario_call(repro: Repro) -> str:
         arguments.append(("", repro.config))
     arguments += [("world_size", repro.world_size), ("seed", repro.seed)]
     arguments += [(name, DECLARED[name].plain(value)) for name, value in repro.options.items()]
-    return _call(f"rpc_harness.run_scenario({repro.scenario!r}", arguments)
+    call = _call(f"rpc_harness.run_scenario({repro.scenario!r}", arguments)
+    return call if call.startswith("(") else f"import rpc_harness; {call}"
 
 
 def _call(head: str, arguments: list[tuple[str, Any]]) -> str:

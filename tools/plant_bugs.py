@@ -1321,7 +1321,7 @@ BUGS = (
         '    if _gate.block(("timer",), "sleep", seconds) is False:',
         ("tests/unit/test_gate.py::test_a_sleep_that_control_given_up_let_go_sleeps_its_time_on_the_real_clock",)),
     Bug("the Python replay line leaves out the folders only the test run put on sys.path", "rpc_harness/repro.py",
-        "    if folders:\n        call = f\"import sys;", "    if False:\n        call = f\"import sys;",
+        "    if folders:\n        return f\"import rpc_harness, sys;", "    if False:\n        return f\"import rpc_harness, sys;",
         ("tests/unit/test_repro_lines.py::test_the_python_call_puts_first_on_sys_path_only_the_folders_this_process_added",
          PLUGIN + "test_the_python_line_of_a_test_in_a_tests_folder_replays_as_printed_from_the_root_and_elsewhere")),
     Bug("a module that is not there is refused with importlib's frames chained", "rpc_harness/entry.py",

@@ -373,7 +373,7 @@ def test_explore_replays_the_shrunk_schedule_with_its_seed_deadline_and_options(
     assert repro.options["schedule"] == found.replay_schedule == S.replay_schedule(found.shrunk.world.schedule)
     assert repro.options["rpc_timeout"] == 4.0
     # programs/ is imported from tests/, which pytest put on sys.path: the line puts it there first.
-    assert line.startswith(f"import sys; sys.path[:0] = [{TESTS!r}]; "
+    assert line.startswith(f"import rpc_harness, sys; sys.path[:0] = [{TESTS!r}]; "
                            "rpc_harness.run_world('programs.echo:echo', names=['keeper', 'caller1'], seed=12, ")
     assert "seed=12" in python and f"schedule={found.replay_schedule!r}" in python and "deadline=7.0" in python
     assert found.summary()[-2:] == [f"Replay: {token}", f"    or: {line}"]
@@ -394,7 +394,7 @@ def test_explore_of_a_spawned_program_spawns_it_and_replays_it_as_spawned(worlds
     assert repro.names == ("keeper", "caller1") and repro.args == (2,) and repro.kwargs == {"calls": 1}
     assert python.startswith("rpc_harness.spawn('programs.echo:run_worker', args=(2,), nprocs=2, ")
     assert "kwargs={'calls': 1}" in python and "names=['keeper', 'caller1']" in python
-    assert line.startswith(f"import sys; sys.path[:0] = [{TESTS!r}]; rpc_harness.spawn(")
+    assert line.startswith(f"import rpc_harness, sys; sys.path[:0] = [{TESTS!r}]; rpc_harness.spawn(")
     assert found.shrunk is None and found.replay_schedule == S.replay_schedule(found.found.world.schedule)
 
 

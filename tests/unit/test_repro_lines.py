@@ -21,7 +21,7 @@ ENTRY = f"{__name__}:anything"
 # Python line of its entries puts it there first, or the line fails when run
 # from any other folder.
 TESTS = str(pathlib.Path(__file__).resolve().parents[1])
-ON_PATH = f"import sys; sys.path[:0] = [{TESTS!r}]; "
+ON_PATH = f"import rpc_harness, sys; sys.path[:0] = [{TESTS!r}]; "
 
 
 def anything(ctx, *args, **kwargs):
@@ -69,10 +69,11 @@ def test_the_python_call_puts_first_on_sys_path_only_the_folders_this_process_ad
     helpers.mkdir()
     monkeypatch.syspath_prepend(str(helpers))
     line = R.python_call(spec(), modules=[("extra_setup", str(helpers)), ("m1", "/not/on/sys/path")])
-    assert line.startswith(f"import sys; sys.path[:0] = [{TESTS!r}, {str(helpers)!r}]; "
+    assert line.startswith(f"import rpc_harness, sys; sys.path[:0] = [{TESTS!r}, {str(helpers)!r}]; "
                            "rpc_harness.preload('extra_setup', 'm1'); rpc_harness.run_world("), line
     assert R.python_call(make_spec("json:dumps", 2, seed=5)) == (
-        "rpc_harness.run_world('json:dumps', names=['worker0', 'worker1'], seed=5)"), "json is the interpreter's own"
+        "import rpc_harness; rpc_harness.run_world('json:dumps', names=['worker0', 'worker1'], seed=5)"), \
+        "json is the interpreter's own"
 
 
 def test_the_python_call_of_a_spawned_program_has_its_args_nprocs_and_any_names_given():
@@ -152,10 +153,11 @@ def test_a_scenario_call_has_its_config_first_then_size_seed_and_options():
         options={"faults": "kill:trainer1@x.y", "fuzz": 0.0},
     )
     assert R.scenario_call(repro) == (
+        "import rpc_harness; "
         "rpc_harness.run_scenario('ps', {'batches': 2}, world_size=3, seed=4, faults='kill:trainer1@x.y#1')"
     )
     assert R.scenario_call(R.Repro(world_size=3, seed=4, scenario="ps")) == (
-        "rpc_harness.run_scenario('ps', world_size=3, seed=4)"
+        "import rpc_harness; rpc_harness.run_scenario('ps', world_size=3, seed=4)"
     )
 
 

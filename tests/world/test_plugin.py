@@ -637,7 +637,7 @@ def test_ring(rpc_world):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for folder in (pytester.path, elsewhere):
-        done = subprocess.run([sys.executable, "-c", f"import rpc_harness\n{line}"], cwd=folder,
+        done = subprocess.run([sys.executable, "-c", line], cwd=folder,
                               capture_output=True, text=True, timeout=240)
         assert "WorldFailed" in done.stderr and "boom from rank 1" in done.stderr, (folder, line, done.stderr)
 

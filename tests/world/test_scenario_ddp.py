@@ -66,7 +66,7 @@ def test_a_planted_bug_is_named_by_parameter_and_step(plant, rank, param, what):
         ddp.check(report)
     text = str(caught.value)
     assert f"{what} of {param!r} on {rank} at step 0 differs from the baseline" in text
-    assert f"or: rpc_harness.run_scenario('ddp', {{'steps': 2, 'plant': {plant!r}}}, world_size=2, seed=5)" in text
+    assert f"or: import rpc_harness; rpc_harness.run_scenario('ddp', {{'steps': 2, 'plant': {plant!r}}}, world_size=2, seed=5)" in text
 
 
 def test_a_slow_rank_changes_no_gradient():

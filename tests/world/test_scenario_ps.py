@@ -140,6 +140,6 @@ def test_planted_unrecorded_update_is_caught_with_a_readable_message():
         "tolerance atol=1e-06, rtol=1e-05",
         "seed 1",
         "Replay: rpc-harness replay rpch1_",
-        "or: rpc_harness.run_scenario('ps', {'perturb_step': 3}, world_size=2, seed=1)",
+        "or: import rpc_harness; rpc_harness.run_scenario('ps', {'perturb_step': 3}, world_size=2, seed=1)",
     ):
         assert part in message, part

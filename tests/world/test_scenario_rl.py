@@ -149,5 +149,5 @@ def test_planted_perturbation_is_caught():
         assert part in first, (part, first)
     assert "\nReplay: rpc-harness replay rpch1_" in message
     assert message.endswith(
-        f"    or: rpc_harness.run_scenario('rl', {{'episodes': 4, 'perturb_episode': 3}}, world_size=2, seed={SEED})"
+        f"    or: import rpc_harness; rpc_harness.run_scenario('rl', {{'episodes': 4, 'perturb_episode': 3}}, world_size=2, seed={SEED})"
     )

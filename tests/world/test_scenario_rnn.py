@@ -68,7 +68,7 @@ def test_planted_gradient_bug_is_caught():
         "atol=1e-06, rtol=1e-05",
         "seed 5",
         "Replay: rpc-harness replay rpch1_",
-        "or: rpc_harness.run_scenario('rnn', {'sentences': 120, 'epochs': 2, 'perturb': 0.001}, world_size=2, seed=5)",
+        "or: import rpc_harness; rpc_harness.run_scenario('rnn', {'sentences': 120, 'epochs': 2, 'perturb': 0.001}, world_size=2, seed=5)",
     ):
         assert part in text
 

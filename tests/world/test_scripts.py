@@ -92,10 +92,10 @@ def test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere(t
     assert done.returncode == 1 and "raised RuntimeError: boom 3" in done.stderr, done.stderr
     # The world's deadline comes along (60 s, not the replay's 300): a token does not carry it.
     token = re.search(r"^Replay: rpc-harness replay (rpch1_\S+) --deadline 60$", done.stdout, re.MULTILINE)
-    line = re.search(r"^Replay: (rpc_harness\.run_world\(.*\))$", done.stderr, re.MULTILINE)
+    line = re.search(r"^Replay: (import rpc_harness; rpc_harness\.run_world\(.*\))$", done.stderr, re.MULTILINE)
     assert token and line, (done.stdout, done.stderr)
 
-    python = subprocess.run([sys.executable, "-c", f"import rpc_harness; {line.group(1)}"], cwd=elsewhere,
+    python = subprocess.run([sys.executable, "-c", line.group(1)], cwd=elsewhere,  # pasted as printed
                             capture_output=True, text=True, timeout=300)
     assert python.returncode == 1
     assert "rank 1 (worker1): raised RuntimeError: boom 3" in python.stderr, python.stderr

@@ -184,7 +184,7 @@ def test_tiny_scenario_under_two_torchrun_nodes_matches_the_harness(tmp_path, as
     assert summary["ok"] and summary["world_size"] == world_size and summary["names"] == list(names), output
     assert summary["seed"] == seed and summary["config"] == dataclasses.asdict(config)
     assert [r["status"] for r in summary["ranks"]] == ["ok"] * world_size
-    assert summary["replay"] == f"rpc_harness.run_scenario('tiny', {{'steps': 2, 'scale': 2.0}}, world_size=4, seed={seed})"
+    assert summary["replay"] == f"import rpc_harness; rpc_harness.run_scenario('tiny', {{'steps': 2, 'scale': 2.0}}, world_size=4, seed={seed})"
     assert_gone([r["pid"] for r in summary["ranks"]])
 
     expected = tiny.baseline(config, world_size, seed)
@@ -261,7 +261,7 @@ def test_a_ddp_world_killed_inside_an_all_reduce_under_two_torchrun_nodes_ends_a
     # Every rank ended after the kill, as its watcher saw it (one host, one clock).
     assert all(r["ended_at"] >= summary["fired"][0]["t"] for r in summary["ranks"]), summary["ranks"]
     assert "ended early by its fault plan: rank 2 (worker2) was killed by the fault plan" in summary["headline"]
-    assert summary["replay"] == f"rpc_harness.run_scenario('ddp', {{'steps': 3}}, world_size=4, seed={seed}, faults={faults!r})"
+    assert summary["replay"] == f"import rpc_harness; rpc_harness.run_scenario('ddp', {{'steps': 3}}, world_size=4, seed={seed}, faults={faults!r})"
     assert local.ok and [r.status for r in local.ranks] == statuses, local.report()
     assert summary["ended_by"] == local.ended_by
     assert summary["ranks"][2]["describe"] == local.ranks[2].describe()
