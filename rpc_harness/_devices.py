@@ -193,18 +193,23 @@ def require_world_devices(devices: Sequence[str], *, where: str, faulty_agent: b
     return count
 
 
-def require_nccl_devices(devices: Sequence[str], world_size: int, *, where: str) -> int:
+def require_nccl_devices(devices: Sequence[str], world_size: int | None, *, where: str) -> int:
     """Before any process starts: the number of CUDA devices an nccl group
     of ``world_size`` ranks can use, or :class:`Unsupported` saying why it
     cannot run here. NCCL needs one GPU a rank: two ranks on one device are
-    refused by NCCL itself ("Duplicate GPU detected") once every rank is up."""
+    refused by NCCL itself ("Duplicate GPU detected") once every rank is up.
+    ``world_size`` None (the option alone, before a world has a size): CUDA
+    only."""
     import torch
 
     if not _cuda_fork.cuda_available():
+        gpus = "a GPU for each rank" if world_size is None else f"{world_size} GPUs"
         raise Unsupported(f"{where}: process_group='nccl' needs one GPU a rank, but CUDA is not available here "
                           f"(torch {torch.__version__}); use process_group='gloo', or run it on a machine with "
-                          f"{world_size} GPUs")
+                          f"{gpus}")
     count = torch.cuda.device_count()
+    if world_size is None:
+        return count
     placed = devices or ("cuda",)
     gpus = {rank_device(placed, rank, count) for rank in range(world_size)}
     if len(gpus) < world_size:

@@ -174,7 +174,8 @@ def check_process_group(value: Any, where: str) -> str:
 
 def check_rpc(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
-        raise WorldSpecError(f"{where}: rpc must be True or False, got {clip(value)}")
+        raise WorldSpecError(f"{where}: rpc must be True or False (yes or no in a flag or an ini key), "
+                             f"got {clip(value)}")
     return value
 
 
@@ -247,7 +248,7 @@ def process_group_here(backend: str, options: WorldOptions, where: str) -> None:
     if backend == "nccl":
         from . import _devices
 
-        _devices.require_nccl_devices(options.devices, 1, where=where)
+        _devices.require_nccl_devices(options.devices, None, where=where)
 
 
 def check_schedule(value: Any, where: str) -> str:

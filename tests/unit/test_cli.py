@@ -62,8 +62,8 @@ def test_bad_input_exits_2_naming_the_problem(argv, message, capsys):
         (["run", "--process-group", "mpi"], "rpc-harness run: error: argument --process-group: invalid process_group "
                                             "'mpi'; use one of: 'gloo' (on the CPU (and CUDA tensors)); 'nccl' (one GPU "
                                             "a rank) (see rpc-harness run --help)"),
-        (["run", "--rpc", "maybe"], "rpc-harness run: error: argument --rpc: rpc must be True or False, got 'maybe' "
-                                    "(see rpc-harness run --help)"),
+        (["run", "--rpc", "maybe"], "rpc-harness run: error: argument --rpc: rpc must be True or False (yes or no in "
+                                    "a flag or an ini key), got 'maybe' (see rpc-harness run --help)"),
         (["--bogus"], "rpc-harness: error: unrecognized arguments: --bogus (see rpc-harness --help)"),
         (["run", "--bogus-flag"], "rpc-harness: error: unrecognized arguments: --bogus-flag (see rpc-harness --help)"),
         ([], "rpc-harness: error: no command given; one of run, replay, timeline, bench, list "
