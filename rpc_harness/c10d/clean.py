@@ -94,18 +94,30 @@ def findings(store_path: str, rank: int, world_size: int, before: Before, *, tho
         described = ", ".join(_describe(pg) for pg in left[:5])
         found.append(("subgroups", f"still has {len(left)} subgroup(s) the entry made: {described}"))
     sequence = group._get_sequence_number_for_group()
-    peers = _exchange(store_path, rank, world_size, (sequence, bool(found), proven(before, group)), wait)
-    others = {peer: number for peer, (number, _, _) in peers.items() if number != sequence}
+    entered = hooks.tally(group.group_name)[0]
+    peers = _exchange(store_path, rank, world_size, (sequence, bool(found), proven(before, group), entered), wait)
+    others = {peer: word for peer, word in peers.items() if word[0] != sequence}
     if others:
-        found.append(("sequence", f"is at collective #{sequence} of the default group, but "
-                                  + ", ".join(f"rank {peer} at #{number}" for peer, number in sorted(others.items()))))
+        found.append(("sequence", _behind(entered, sequence, others)))
     # Every rank decides alike from what all said: a collective only where
     # every rank is clean so far, so that none waits in it alone, and only
     # where some rank's own collectives did not show the group usable.
-    clean = len(peers) == world_size and not any(dirty for _, dirty, _ in peers.values()) and not others
-    if clean and not all(shown for _, _, shown in peers.values()):
+    clean = len(peers) == world_size and not any(word[1] for word in peers.values()) and not others
+    if clean and not all(word[2] for word in peers.values()):
         found += [("group", text) for text in _try(group, world_size)]
     return found
+
+
+def _behind(entered: int, sequence: int, others: dict[int, tuple[int, bool, bool, int]]) -> str:
+    """The sequence rule's finding, numbered as the report's collectives
+    lines number them (the rank's history: the entries' collectives, not
+    the checks' own); in torch's sequence numbers where the histories agree
+    and torch's do not (an op the histories do not see)."""
+    if any(word[3] != entered for word in others.values()):
+        return (f"is at collective #{entered} of the default group, but "
+                + ", ".join(f"rank {peer} at #{word[3]}" for peer, word in sorted(others.items())))
+    return (f"is at sequence number {sequence} of the default group (torch's), but "
+            + ", ".join(f"rank {peer} at {word[0]}" for peer, word in sorted(others.items())))
 
 
 def pending_work(limit: int = 5) -> list[str]:
@@ -124,10 +136,11 @@ def pending_work(limit: int = 5) -> list[str]:
             "async_op=True collective never waited for, or one its peers never issued"]
 
 
-def _exchange(store_path: str, rank: int, world_size: int, mine: tuple[int, bool, bool],
-              wait: float) -> dict[int, tuple[int, bool, bool]]:
-    """Every rank's (sequence number, found something, group shown usable),
-    through the world's store (those that said theirs within ``wait`` seconds)."""
+def _exchange(store_path: str, rank: int, world_size: int, mine: tuple[int, bool, bool, int],
+              wait: float) -> dict[int, tuple[int, bool, bool, int]]:
+    """Every rank's (torch's sequence number, found something, group shown
+    usable, collectives its history entered), through the world's store
+    (those that said theirs within ``wait`` seconds)."""
     store = world_store(store_path)
     key = f"{PREFIX}/{_checks}"
     store.set(f"{key}/{rank}", pickle.dumps(mine))

@@ -67,7 +67,7 @@ def check(monkeypatch, tallies):
 
     def run(shown):
         tallies["0"] = (11, 11, 0) if shown[0] else (10, 10, 0)
-        words = {rank: (group.sequence, False, said) for rank, said in enumerate(shown)}
+        words = {rank: (group.sequence, False, said, 11) for rank, said in enumerate(shown)}
         monkeypatch.setattr(clean, "_exchange", lambda path, rank, size, mine, wait: {**words, 0: mine})
         found = clean.findings("store", 0, len(shown), before(group, (10, 10, 0)), thorough=False, wait=1.0)
         return found, bool(tried)
@@ -92,3 +92,14 @@ def test_the_checks_own_collective_reaches_no_failpoint_and_no_history(monkeypat
                         or tensor.mul_(2))
     assert clean._try(Group(), 2) == []
     assert seen == [True]
+
+
+def test_a_rank_behind_is_named_in_the_reports_numbers_or_torchs_where_those_agree():
+    # The report's collectives lines number a group's collectives as the
+    # ranks' histories do (the entries', not the checks' own all_reduces):
+    # the finding says the same numbers, not torch's (outside-user trial: a
+    # report said "#4, but rank 1 at #3" beside "rank 0 at all_reduce #3").
+    assert clean._behind(3, 4, {1: (3, False, True, 2), 2: (3, False, True, 2)}) == (
+        "is at collective #3 of the default group, but rank 1 at #2, rank 2 at #2")
+    assert clean._behind(3, 5, {1: (4, False, True, 3)}) == (
+        "is at sequence number 5 of the default group (torch's), but rank 1 at 4")
