@@ -372,6 +372,9 @@ _TORCH_NOTES = (
      "in a world with devices, TensorPipe pickles every value an RPC returns or an RRef owns to find its CUDA "
      "tensors, and torch's extractor skips plain locks, futures and RRefs only: give the object a __getstate__ "
      "that leaves out its RLocks, Conditions and threads, or use threading.Condition(threading.Lock())"),
+    ("trying to initialize the default process group twice",
+     "a world with process_group= has made the default group before the entry runs: use it (ctx.group, or "
+     "torch.distributed's default group), or drop process_group= and let the program make its own"),
 )
 
 

@@ -141,6 +141,14 @@ def test_a_cuda_worlds_unextractable_value_is_explained_in_the_ranks_line():
     assert "[" not in other
 
 
+def test_an_entry_that_makes_the_default_group_its_world_made_is_told_to_use_that_one():
+    error = "ValueError: trying to initialize the default process group twice!"
+    line = rpc_harness.RankOutcome(0, "worker0", status="raised", error=error, phase="entry").describe()
+    assert line.endswith("[a world with process_group= has made the default group before the entry runs: use it "
+                         "(ctx.group, or torch.distributed's default group), or drop process_group= and let the "
+                         "program make its own]"), line
+
+
 # -- the collective scenarios: a planned failure ends the world, named -------------------------
 
 from rpc_harness.result import DIED, HUNG, STOPPED  # noqa: E402
