@@ -169,13 +169,18 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_option_checks.py",
     ],
     "rpc_harness/result.py": [
+        "tests/unit/test_result_report.py",
         "tests/unit/test_control_lost.py",
         "tests/unit/test_contracts.py",
         "tests/unit/test_tally.py",
         "tests/unit/test_timeline.py",
         "tests/unit/test_one_line.py",
     ],
-    "rpc_harness/trace.py": ["tests/unit/test_trace.py", "tests/unit/test_timeline.py"],
+    "rpc_harness/trace.py": [
+        "tests/unit/test_trace_events.py",
+        "tests/unit/test_trace.py",
+        "tests/unit/test_timeline.py",
+    ],
     "rpc_harness/timeline.py": ["tests/unit/test_timeline.py"],
     "rpc_harness/_rank/gate.py": ["tests/unit/test_gate.py", "tests/unit/test_gate_waits.py"],
     "rpc_harness/_messages.py": [
