@@ -163,6 +163,7 @@ MODULES: dict[str, list[str]] = {
     # -- the rest of the library (issue 38): pure modules with unit tests first.
     "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [
+        "tests/unit/test_spec_checks.py",
         "tests/unit/test_edges.py",
         "tests/unit/test_repro_lines.py",
         "tests/unit/test_options.py",
