@@ -227,7 +227,11 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_faults.py",
         "tests/unit/test_parsers.py",
     ],
-    "rpc_harness/strict_json.py": ["tests/unit/test_edges.py", "tests/unit/test_torchrun.py"],
+    "rpc_harness/strict_json.py": [
+        "tests/unit/test_strict_json.py",
+        "tests/unit/test_edges.py",
+        "tests/unit/test_torchrun.py",
+    ],
     "rpc_harness/seeds.py": [
         "tests/unit/test_schedule_core.py",
         "tests/unit/test_schedule_strategies.py",

@@ -498,3 +498,44 @@ def test_a_failed_groups_traceback_says_how_many_more_ranks_are_alike():
     lines = world(*alike).report().splitlines()
     assert lines[2] == "--- rank 0 (w0) traceback (and 2 more ranks alike)"
     assert lines.count("--- rank 1 (w1) traceback") == 0
+
+
+def test_a_groups_line_reads_as_its_first_ranks_and_nine_ranks_name_one_more():
+    # Alike is status, phase, error, signal and why stopped: how far each
+    # had come may differ, and the line says the first rank's.
+    hung = [
+        RankOutcome(r, f"w{r}", status="hung", phase="entry", progress=(r, 9, "steps"))
+        for r in range(9)
+    ]
+    assert world(*hung).report().splitlines()[1] == (
+        "  9 ranks (0, 1, 2, 3, 4, 5, 6, 7 and 1 more): hung: still in its entry (after 0/9 steps) "
+        "at the deadline"
+    )
+
+
+def test_an_output_tail_is_its_last_twenty_lines_without_trailing_blank_lines():
+    text = "\n\n" + "".join(f"line {n}\n" for n in range(25)) + "\n\n"
+    raised = RankOutcome(0, "w0", status="raised", error="E", phase="entry", output=text)
+    lines = world(raised).report().splitlines()
+    assert lines[2:] == ["--- rank 0 (w0) output (last 20 lines)"] + [
+        f"line {n}" for n in range(5, 25)
+    ]
+    raised.output = "\n\nfirst\nlast\n\n"
+    assert world(raised).report().splitlines()[2:] == [
+        "--- rank 0 (w0) output (last 4 lines)",
+        "",
+        "",
+        "first",
+        "last",
+    ], "blank lines before the output are the output's"
+
+
+def test_frames_left_out_of_every_traceback_are_counted_together():
+    ranks = [
+        RankOutcome(r, f"w{r}", status="raised", error=f"E{r}", phase="entry", traceback=TRACEBACK)
+        for r in range(2)
+    ]
+    assert world(*ranks).report().splitlines()[-1] == (
+        "(2 frames of the harness's own left out: RPC_HARNESS_FRAMES=1, or "
+        "report(harness_frames=True), shows them)"
+    )
