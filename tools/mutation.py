@@ -233,6 +233,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_torchrun.py",
     ],
     "rpc_harness/seeds.py": [
+        "tests/unit/test_seeds.py",
         "tests/unit/test_schedule_core.py",
         "tests/unit/test_schedule_strategies.py",
         "tests/unit/test_options.py",
