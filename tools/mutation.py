@@ -206,7 +206,11 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_edges.py",
     ],
     "rpc_harness/errors.py": ["tests/unit/test_one_line.py", "tests/unit/test_edges.py", "tests/unit/test_options.py"],
-    "rpc_harness/events.py": ["tests/unit/test_tally.py", "tests/unit/test_contracts.py"],
+    "rpc_harness/events.py": [
+        "tests/unit/test_result_report.py",
+        "tests/unit/test_tally.py",
+        "tests/unit/test_contracts.py",
+    ],
     "rpc_harness/extras.py": ["tests/unit/test_cli.py", "tests/unit/test_docs.py"],
     "rpc_harness/plots.py": ["tests/unit/test_plots.py"],
     "rpc_harness/progress.py": ["tests/unit/test_progress.py"],

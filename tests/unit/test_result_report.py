@@ -539,3 +539,13 @@ def test_frames_left_out_of_every_traceback_are_counted_together():
         "(2 frames of the harness's own left out: RPC_HARNESS_FRAMES=1, or "
         "report(harness_frames=True), shows them)"
     )
+
+
+def test_a_ranks_hits_are_its_last_record_of_them_or_none():
+    rank = RankOutcome(0, "w0", status="ok")
+    assert rank.hits == {}
+    rank.events = [
+        {"kind": "hits", "hits": {"a.b": 1}},
+        {"kind": "hits", "hits": {"a.b": 2, "c.d": 1}},
+    ]
+    assert rank.hits == {"a.b": 2, "c.d": 1}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rpc_harness.faults import FaultPlan
 from rpc_harness.result import RankOutcome, WorldResult
 from rpc_harness.schedule import Step
@@ -37,7 +39,7 @@ def a_world() -> WorldResult:
                 hit=1,
             ),
             log(0.625, "failpoint", point="a.b", hit=2),
-            log(0.6875, "fuzz", point="send", seconds=0.0125),
+            log(0.6875, "fuzz", point="send", seconds=0.25),
             log(0.75, "event", name="epoch 1", loss=0.5),
             log(0.8125, "raised", error="ValueError: x"),
             log(
@@ -54,6 +56,7 @@ def a_world() -> WorldResult:
             log(1.0625, "serve_begin", id=1, func="g"),
             log(1.125, "serve_end", id=1),
             log(1.125, "serve_end", id=8),
+            log(1.1875, "event", name="served"),
             log(1.25, "entry_done"),
             log(1.5, "shutdown_start"),
             log(1.75, "hits", hits={"a.b": 2}),  # not drawn, but the rank's last word
@@ -159,12 +162,12 @@ def test_every_logged_event_becomes_its_trace_event_on_its_ranks_track():
         {
             "ph": "i",
             "s": "p",
-            "name": "fuzz send +12.5ms",
+            "name": "fuzz send +250.0ms",
             "cat": "fuzz",
             "pid": 0,
             "tid": 0,
             "ts": 687500.0,
-            "args": {"point": "send", "seconds": 0.0125},
+            "args": {"point": "send", "seconds": 0.25},
         },
         {
             "ph": "i",
@@ -217,6 +220,16 @@ def test_every_logged_event_becomes_its_trace_event_on_its_ranks_track():
         {"ph": "e", **rpc, "ts": 1000000.0, "args": {"error": "boom"}},
         {"ph": "b", **serve, "ts": 1062500.0},
         {"ph": "e", **serve, "ts": 1125000.0},
+        {
+            "ph": "i",
+            "s": "p",
+            "name": "served",
+            "cat": "user",
+            "pid": 0,
+            "tid": 0,
+            "ts": 1187500.0,
+            "args": {"name": "served"},
+        },
         {
             "ph": "X",
             "name": "step 0: main -> a.b",
@@ -323,3 +336,37 @@ def test_the_written_trace_is_the_events_with_the_worlds_figures(tmp_path):
     }
     assert document["traceEvents"] == json.loads(json.dumps(trace_events(result), default=repr))
     assert document["traceEvents"][8]["args"] == {"name": "epoch 1", "loss": "{0.5}"}
+
+
+@pytest.mark.parametrize(
+    ("status", "end"),
+    [
+        ("killed", "killed by SIGTERM as the fault plan asked"),
+        ("died", "killed by SIGTERM in its entry; the fault plan did not kill it"),
+        ("hung", "hung: still in its entry at the deadline"),
+        ("stopped", "stopped by the harness (SIGKILL) after the world failed"),
+        ("ok", None),
+        ("raised", None),
+        ("skipped", None),
+    ],
+)
+def test_a_rank_that_did_not_end_on_its_own_has_its_end_marked(status, end):
+    rank = RankOutcome(
+        0, "w0", status=status, signal="SIGTERM", phase="entry", events=[log(0.5, "entry_start")]
+    )
+    result = WorldResult(names=("w0",), seed=1, faults=FaultPlan(), deadline=5.0, ranks=[rank])
+    deaths = [event for event in trace_events(result) if event.get("cat") == "death"]
+    if end is None:
+        assert deaths == []
+    else:
+        assert deaths == [
+            {
+                "ph": "i",
+                "s": "p",
+                "name": f"end: rank 0 (w0): {end}",
+                "cat": "death",
+                "pid": 0,
+                "tid": 0,
+                "ts": 0.0,
+            }
+        ]
