@@ -205,7 +205,12 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_options.py",
         "tests/unit/test_edges.py",
     ],
-    "rpc_harness/errors.py": ["tests/unit/test_one_line.py", "tests/unit/test_edges.py", "tests/unit/test_options.py"],
+    "rpc_harness/errors.py": [
+        "tests/unit/test_errors.py",
+        "tests/unit/test_one_line.py",
+        "tests/unit/test_edges.py",
+        "tests/unit/test_options.py",
+    ],
     "rpc_harness/events.py": [
         "tests/unit/test_result_report.py",
         "tests/unit/test_tally.py",
