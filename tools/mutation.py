@@ -182,7 +182,10 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_trace.py",
         "tests/unit/test_timeline.py",
     ],
-    "rpc_harness/timeline.py": ["tests/unit/test_timeline.py"],
+    "rpc_harness/timeline.py": [
+        "tests/unit/test_timeline_picture.py",
+        "tests/unit/test_timeline.py",
+    ],
     "rpc_harness/_rank/gate.py": ["tests/unit/test_gate.py", "tests/unit/test_gate_waits.py"],
     "rpc_harness/_messages.py": [
         "tests/unit/test_gate.py",
@@ -371,7 +374,7 @@ def scratch_copy(module: str, tests: list[str]) -> Path:
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("rpc_harness", "tests"):
+    for folder in ("rpc_harness", "tests", "fixtures"):  # fixtures: golden files tests compare with
         shutil.copytree(ROOT / folder, where / folder, ignore=ignore)
     text = (ROOT / "pyproject.toml").read_text()
     header = "[tool.mutmut]\n"
