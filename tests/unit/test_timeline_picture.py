@@ -16,6 +16,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from rpc_harness.timeline import render_timeline
 from rpc_harness.trace import write_trace
 
@@ -51,13 +53,90 @@ def picture() -> str:
     return render_timeline(document, "a world of three ranks")
 
 
-def test_the_picture_of_a_world_is_the_one_reviewed():
-    assert picture() == PICTURE.read_text(encoding="utf-8"), (
-        f"the timeline is drawn differently from {PICTURE}: if that is meant, write the new "
-        "picture (python -m tests.unit.test_timeline_picture) and review it"
+def crowded() -> dict:
+    """Four ranks drawn where space runs out: RPCs issued and served four at
+    a time (three lanes), unanswered, failed with a long error, with args,
+    ids of every form and ends without a category; faults crowding the
+    right edge, where labels go left and then have no line left; more
+    notes than fit."""
+    events: list[dict] = []
+    for pid in range(4):
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "args": {"name": f"rank {pid} (w{pid})"},
+            }
+        )
+        events.append(
+            {"ph": "X", "cat": "phase", "name": "entry", "pid": pid, "ts": 0, "dur": 2_000_000}
+        )
+        for n, ident in enumerate([1, "a", {"k": [1]}, None]):
+            begin = {
+                "ph": "b",
+                "cat": "serve" if pid % 2 else "rpc",
+                "name": f"call {n}",
+                "pid": pid,
+                "ts": 100_000 + n * 10_000,
+                "args": {"n": n},
+            }
+            end = {"ph": "e", "pid": pid, "ts": 400_000 + n * 5_000, "name": f"call {n}"}
+            if ident is not None:
+                begin["id"] = end["id"] = ident
+            if n == 1:
+                end["args"] = {"error": "RuntimeError: " + "x" * 500}
+            events += [begin, end] if n != 2 else [begin]
+        for k in range(4):
+            events.append(
+                {
+                    "ph": "I",
+                    "cat": "fault",
+                    "pid": pid,
+                    "ts": 1_990_000 + k * 2_000,
+                    "name": f"fault kill:w{pid}@a.b#{k} (hit {k}) with a long tail of words to it",
+                }
+            )
+        events.append(
+            {
+                "ph": "i",
+                "cat": "death",
+                "pid": pid,
+                "ts": 1_999_000,
+                "name": f"end: rank {pid} (w{pid}): killed by SIGKILL as the fault plan asked",
+            }
+        )
+        events.append(
+            {"ph": "i", "cat": "error", "pid": pid, "ts": 1_000, "name": "raised " + "E" * 80}
+        )
+    # Ten more ranks with one RPC never answered each: more notes than fit.
+    for pid in range(4, 14):
+        events.append(
+            {"ph": "b", "cat": "rpc", "id": 1, "name": "lost", "pid": pid, "ts": 1_500_000}
+        )
+    return {
+        "traceEvents": events,
+        "otherData": {"seed": 3, "world_size": 14, "faults": "", "ok": "maybe"},
+    }
+
+
+PICTURES = {
+    "timeline.svg": lambda: picture(),
+    "timeline-crowded.svg": lambda: render_timeline(crowded()),
+    "timeline-empty.svg": lambda: render_timeline({}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PICTURES))
+def test_the_picture_of_a_world_is_the_one_reviewed(name):
+    golden = PICTURE.parent / name
+    assert PICTURES[name]() == golden.read_text(encoding="utf-8"), (
+        f"the timeline is drawn differently from {golden}: if that is meant, write the new "
+        "pictures (python -m tests.unit.test_timeline_picture) and review them"
     )
 
 
 if __name__ == "__main__":
-    PICTURE.write_text(picture(), encoding="utf-8")
-    print(f"wrote {PICTURE}")
+    for name, draw in PICTURES.items():
+        (PICTURE.parent / name).write_text(draw(), encoding="utf-8")
+        print(f"wrote {PICTURE.parent / name}")
