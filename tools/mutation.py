@@ -163,20 +163,29 @@ MODULES: dict[str, list[str]] = {
     # -- the rest of the library (issue 38): pure modules with unit tests first.
     "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
     "rpc_harness/spec.py": [
+        "tests/unit/test_spec_checks.py",
         "tests/unit/test_edges.py",
         "tests/unit/test_repro_lines.py",
         "tests/unit/test_options.py",
         "tests/unit/test_option_checks.py",
     ],
     "rpc_harness/result.py": [
+        "tests/unit/test_result_report.py",
         "tests/unit/test_control_lost.py",
         "tests/unit/test_contracts.py",
         "tests/unit/test_tally.py",
         "tests/unit/test_timeline.py",
         "tests/unit/test_one_line.py",
     ],
-    "rpc_harness/trace.py": ["tests/unit/test_trace.py", "tests/unit/test_timeline.py"],
-    "rpc_harness/timeline.py": ["tests/unit/test_timeline.py"],
+    "rpc_harness/trace.py": [
+        "tests/unit/test_trace_events.py",
+        "tests/unit/test_trace.py",
+        "tests/unit/test_timeline.py",
+    ],
+    "rpc_harness/timeline.py": [
+        "tests/unit/test_timeline_picture.py",
+        "tests/unit/test_timeline.py",
+    ],
     "rpc_harness/_rank/gate.py": ["tests/unit/test_gate.py", "tests/unit/test_gate_waits.py"],
     "rpc_harness/_messages.py": [
         "tests/unit/test_gate.py",
@@ -199,8 +208,17 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_options.py",
         "tests/unit/test_edges.py",
     ],
-    "rpc_harness/errors.py": ["tests/unit/test_one_line.py", "tests/unit/test_edges.py", "tests/unit/test_options.py"],
-    "rpc_harness/events.py": ["tests/unit/test_tally.py", "tests/unit/test_contracts.py"],
+    "rpc_harness/errors.py": [
+        "tests/unit/test_errors.py",
+        "tests/unit/test_one_line.py",
+        "tests/unit/test_edges.py",
+        "tests/unit/test_options.py",
+    ],
+    "rpc_harness/events.py": [
+        "tests/unit/test_result_report.py",
+        "tests/unit/test_tally.py",
+        "tests/unit/test_contracts.py",
+    ],
     "rpc_harness/extras.py": ["tests/unit/test_cli.py", "tests/unit/test_docs.py"],
     "rpc_harness/plots.py": ["tests/unit/test_plots.py"],
     "rpc_harness/progress.py": ["tests/unit/test_progress.py"],
@@ -221,8 +239,13 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_faults.py",
         "tests/unit/test_parsers.py",
     ],
-    "rpc_harness/strict_json.py": ["tests/unit/test_edges.py", "tests/unit/test_torchrun.py"],
+    "rpc_harness/strict_json.py": [
+        "tests/unit/test_strict_json.py",
+        "tests/unit/test_edges.py",
+        "tests/unit/test_torchrun.py",
+    ],
     "rpc_harness/seeds.py": [
+        "tests/unit/test_seeds.py",
         "tests/unit/test_schedule_core.py",
         "tests/unit/test_schedule_strategies.py",
         "tests/unit/test_options.py",
@@ -351,7 +374,7 @@ def scratch_copy(module: str, tests: list[str]) -> Path:
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("rpc_harness", "tests"):
+    for folder in ("rpc_harness", "tests", "fixtures"):  # fixtures: golden files tests compare with
         shutil.copytree(ROOT / folder, where / folder, ignore=ignore)
     text = (ROOT / "pyproject.toml").read_text()
     header = "[tool.mutmut]\n"
