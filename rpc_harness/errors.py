@@ -155,8 +155,9 @@ class InjectedFault(HarnessError, RuntimeError):
 # -- one line of an error ----------------------------------------------------------------
 
 # torch prefixes the message of an exception raised by code a peer ran for
-# us with the peer, and nests each hop's message (escaped) in the next.
-_REMOTE_HOP_RE = re.compile(r"On WorkerInfo\(id=\d+, name=([^)]+)\):(?:\n|\\n)")
+# us with the peer, and nests each hop's message in the next, escaped once
+# more at each hop: a newline reads \n one hop in, \\n two hops in.
+_REMOTE_HOP_RE = re.compile(r"On WorkerInfo\(id=\d+, name=([^)]+)\):(?:\n|\\+n)")
 _REPR_RE = re.compile(r"^(?P<type>[A-Za-z_][A-Za-z0-9_.]*)\((?P<quote>['\"])(?P<message>.*)(?P=quote)\)$")
 
 
@@ -173,7 +174,8 @@ def origin(error: BaseException) -> str:
     hops = list(_REMOTE_HOP_RE.finditer(text))
     if not hops:
         return f"{type(error).__name__}: {text.strip()}"
-    raised = re.split(r"\n|\\n", text[hops[-1].end():], maxsplit=1)[0].replace("\\'", "'").strip()
+    raised = re.split(r"\n|\\+n", text[hops[-1].end():], maxsplit=1)[0]
+    raised = re.sub(r"\\+(['\"])", r"\1", raised).strip()  # its quotes, escaped once a hop
     match = _REPR_RE.match(raised)  # the remote side writes repr(error): Type('message')
     if match:
         raised = f"{match['type']}: {match['message']}" if match["message"] else match["type"]

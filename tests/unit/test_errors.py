@@ -65,6 +65,13 @@ def test_an_error_a_peer_raised_is_named_where_it_was_first_raised():
     assert origin(hop("w1", 1, hop("w2", 2, fault))) == (
         "InjectedFault: can't open: disk full (raised on w2)"
     )
+    # Three calls deep, its message escaped once more at each hop: still where it was raised.
+    assert origin(hop("w0", 0, hop("w1", 1, hop("w2", 2, fault)))) == (
+        "InjectedFault: can't open: disk full (raised on w2)"
+    )
+    assert origin(hop("w0", 0, hop("w1", 1, hop("w2", 2, InjectedFault('say "no"'))))) == (
+        'InjectedFault: say "no" (raised on w2)'
+    )
     assert origin(hop("w1", 1, InjectedFault(""))) == "InjectedFault (raised on w1)"
     assert (
         origin(RuntimeError("On WorkerInfo(id=1, name=w1):\\nboom\\nmore")) == "boom (raised on w1)"
