@@ -42,6 +42,7 @@ import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from .. import _cuda_fork
@@ -174,9 +175,13 @@ class LiveSupervisor(Supervisor):
         super()._check_schedule()
 
     def _tell_all(self, message: Any) -> None:
+        # Pickled once, as Connection.send pickles (the ranks' recv reads it):
+        # an entry's order carries its plan and arguments, and every rank's
+        # wake-up already spreads the order's arrival over a millisecond.
+        data = ForkingPickler.dumps(message)
         for rank in sorted(self.running):
             try:
-                self.conns[rank].send(message)
+                self.conns[rank].send_bytes(data)
             except OSError:  # it died meanwhile: its sentinel says how
                 pass
 
