@@ -155,10 +155,22 @@ MODULES: dict[str, list[str]] = {
     ],
     # (The fsdp and ddp_rpc judges' tests reach _collective.py too, but its
     # own tests cover every function, and a survivor runs every test that
-    # reached it: each of those builds a faithful run.)
-    "rpc_harness/scenarios/_collective.py": ["tests/unit/test_collective_judges.py"],
-    "rpc_harness/scenarios/ddp/judge.py": ["tests/unit/test_collective_judges.py"],
-    "rpc_harness/scenarios/fsdp/judge.py": ["tests/unit/test_fsdp_judge.py", "tests/unit/test_collective_judges.py"],
+    # reached it: each of those builds a faithful run.) A GPU run's
+    # comparison (compare_run on CUDA, the judges' GPU tolerances) is tested
+    # on the CPU with records that say cuda: test_collective_devices.py.
+    "rpc_harness/scenarios/_collective.py": [
+        "tests/unit/test_collective_judges.py",
+        "tests/unit/test_collective_devices.py",
+    ],
+    "rpc_harness/scenarios/ddp/judge.py": [
+        "tests/unit/test_collective_judges.py",
+        "tests/unit/test_collective_devices.py",
+    ],
+    "rpc_harness/scenarios/fsdp/judge.py": [
+        "tests/unit/test_fsdp_judge.py",
+        "tests/unit/test_collective_judges.py",
+        "tests/unit/test_collective_devices.py",
+    ],
     "rpc_harness/scenarios/ddp_rpc/judge.py": ["tests/unit/test_ddp_rpc_judge.py"],
     # -- the rest of the library (issue 38): pure modules with unit tests first.
     "rpc_harness/explore.py": ["tests/unit/test_explore.py", "tests/unit/test_control_lost.py"],
