@@ -219,7 +219,9 @@ def falling_loss(first: Mapping[str, Any], expected: Mapping[str, Any],
     """The outcome of a collective scenario: ``loss`` (the held-out loss of
     a model's parameters) falls from the initial parameters to the last
     step's, in the run (``first``: its parameters as one rank holds them)
-    and beside it, its baseline's (``expected``)."""
+    and beside it, its baseline's (``expected``). ``first["init"]`` goes to
+    ``loss`` as it is (ddp_rpc's records hold none: its ``None`` is the
+    seeded parameters)."""
     history = [loss(first["init"])] + [loss(step["params"]) for step in first["steps"]]
     baseline_history = [history[0]] + [loss(step["params"]) for step in expected["steps"]]
     ok = len(history) >= 3 and history[-1] < history[0]

@@ -252,6 +252,33 @@ def test_a_ddp_run_whose_loss_did_not_fall_or_took_too_few_steps_fails_its_outco
     assert short.history[1] < short.history[0] and not short.ok  # fell, but one step says nothing
 
 
+def losses(*values):
+    """A run's (or a baseline's) steps whose parameters are their held-out loss."""
+    return [{"params": {"loss": value}} for value in values]
+
+
+def falling(init, *steps, baseline=()):
+    return _collective.falling_loss({"init": {"loss": init}, "steps": losses(*steps)}, {"steps": losses(*baseline)},
+                                    lambda params: params["loss"])
+
+
+def test_the_loss_must_end_below_where_it_began_not_merely_fall_on_the_way():
+    dipped = falling(1.0, 0.5, 1.25, baseline=(0.75, 0.5))
+    assert not dipped.ok and dipped.note == "the held-out loss did not fall: 1.0000 -> 1.2500 over 2 steps"
+    assert (dipped.history, dipped.baseline_history) == ([1.0, 0.5, 1.25], [1.0, 0.75, 0.5])
+    assert (dipped.metric, dipped.steps) == (1.25, 2)
+    rose_back = falling(1.0, 0.5, 0.75)  # fell most at the first step, then rose a little: it fell
+    assert rose_back.ok and rose_back.note == "held-out loss 1.0000 -> 0.7500 over 2 steps"
+    assert not falling(1.0, 0.5).ok, "one step says nothing"
+
+
+def test_the_first_loss_is_of_the_initial_parameters_as_the_records_give_them():
+    seen = []
+    _collective.falling_loss({"init": None, "steps": losses(0.5, 0.25)}, {"steps": []},
+                             lambda params: seen.append(params) or (1.0 if params is None else params["loss"]))
+    assert seen == [None, {"loss": 0.5}, {"loss": 0.25}]
+
+
 def ddp_world(ranks, faults=""):
     return rpc_harness.WorldResult(names=ddp.names(len(ranks)), seed=0, faults=rpc_harness.FaultPlan.parse(faults),
                                    deadline=60.0, ranks=ranks)

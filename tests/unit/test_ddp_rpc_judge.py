@@ -140,6 +140,29 @@ def test_a_missing_tensor_is_counted_as_never_compared():
     assert [(m.atol, m.rtol) for m in judge.compare(records, expected, slack, SEED).mismatches][-1] == (0.5, 0.25)
 
 
+def test_a_missing_gradient_is_counted_among_the_gradients_and_not_the_parameters():
+    records, expected = faithful()
+    del records["trainers"]["trainer0"]["steps"][1]["grads"]["fc.weight"]
+    result = judge.compare(records, expected, CONFIG, SEED)
+    assert result.checked == result.expected - 1
+    assert result.details["params_checked"] == result.details["params_expected"]
+    assert [(m.step, m.rank, m.param) for m in result.mismatches] == [
+        (1, "trainer0", "fc.weight (missing in the distributed run)")], "no parameter is never compared"
+
+
+def test_the_trainers_are_taken_in_their_index_order_not_their_names():
+    # Names sort otherwise from ten trainers on ("trainer10" < "trainer2"):
+    # here the two trainers' indices are swapped, so trainer1 is the first.
+    records, expected = faithful()
+    records["trainers"]["trainer0"]["index"], records["trainers"]["trainer1"]["index"] = 1, 0
+    assert judge.first_trainer(records) is records["trainers"]["trainer1"]
+    assert judge.replay_points(records)[1] is records["trainers"]["trainer1"]["steps"][0]["params"]
+    del records["trainers"]["trainer0"]["steps"][0]["params"]["fc.bias"]
+    del records["trainers"]["trainer1"]["steps"][0]["params"]["fc.bias"]
+    mismatches = judge.compare(records, expected, CONFIG, SEED).mismatches
+    assert [m.rank for m in mismatches] == ["trainer1", "trainer0", "trainer1, trainer0"]
+
+
 def test_a_trainer_that_ran_short_is_counted_short_and_one_that_ran_long_is_named():
     records, expected = faithful()
     records["trainers"]["trainer1"]["steps"].pop()

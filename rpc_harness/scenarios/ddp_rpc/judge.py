@@ -15,7 +15,7 @@ from rpc_harness.gradcheck import compare as compare_exactly
 from rpc_harness.result import OK
 from rpc_harness.scenario import Comparison, Outcome, Verdict
 
-from .._collective import compare_within
+from .._collective import compare_within, falling_loss
 from .._verdicts import collective_contract
 from .baseline import forward
 from .config import MASTER, NAME, Config
@@ -96,17 +96,12 @@ def compare(actual: Records, expected: dict[str, Any], config: Config, seed: int
 
 
 def outcome(actual: Records, expected: dict[str, Any], config: Config) -> Outcome:
-    """The held-out loss falls from the seeded parameters to the last step's."""
+    """The held-out loss falls from the seeded parameters to the last step's
+    (``_collective.falling_loss``; the records hold no initial parameters:
+    ``None`` stands for the seeded ones)."""
     seed = actual["seed"]
-    first = first_trainer(actual)
-    history = [held_out_loss(config, seed, None)]
-    history += [held_out_loss(config, seed, step["params"]) for step in first["steps"]]
-    baseline_history = [history[0]] + [held_out_loss(config, seed, step["params"]) for step in expected["steps"]]
-    ok = len(history) >= 3 and history[-1] < history[0]
-    note = (f"held-out loss {history[0]:.4f} -> {history[-1]:.4f} over {len(history) - 1} steps" if ok else
-            f"the held-out loss did not fall: {history[0]:.4f} -> {history[-1]:.4f} over {len(history) - 1} steps")
-    return Outcome(ok=ok, note=note, metric=history[-1], steps=len(first["steps"]), history=history,
-                   baseline_history=baseline_history)
+    run = {"init": None, "steps": first_trainer(actual)["steps"]}
+    return falling_loss(run, expected, lambda params: held_out_loss(config, seed, params))
 
 
 def held_out_loss(config: Config, seed: int, params: dict[str, torch.Tensor] | None) -> float:
