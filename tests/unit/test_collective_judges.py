@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import rpc_harness
-from rpc_harness.events import FaultFired
+from rpc_harness.events import HITS, FaultFired
 from rpc_harness.result import KILLED, OK, RAISED, STOPPED
 from rpc_harness.scenarios import _collective, _verdicts, ddp, fsdp
 
@@ -305,6 +305,15 @@ def test_the_ddp_contract_is_the_collective_one():
     assert verdict == _verdicts.collective_contract(killed)
     assert verdict.ok and verdict.note.startswith("worker1 killed as planned at ddp.step #2")
     assert not ddp.judge.contract(ddp_world([rank(0), rank(1)], faults=kill), None, DDP).ok
+
+
+def test_the_ddp_contract_names_the_step_a_kill_inside_a_collective_struck_in():
+    kill = "kill:worker1@c10d.all_reduce#5"
+    events = [{"kind": HITS, "hits": {"ddp.step": 3, "c10d.all_reduce": 5}},
+              FaultFired(100.0, 1, kill, "kill", "c10d.all_reduce", 5).as_event()]
+    verdict = ddp.judge.contract(ddp_world([rank(0, STOPPED), rank(1, KILLED, events=events)], faults=kill), None, DDP)
+    assert verdict.ok and verdict.details["during"] == "ddp.step #3"
+    assert verdict.note.startswith("worker1 killed as planned at c10d.all_reduce #5, during ddp.step #3")
 
 
 def test_the_process_group_is_gloo_over_the_worlds_folder_and_made_once(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import rpc_harness
-from rpc_harness.events import FaultFired
+from rpc_harness.events import HITS, FaultFired
 from rpc_harness.result import KILLED, OK, RAISED, STOPPED
 from rpc_harness.scenarios import _verdicts, fsdp
 from rpc_harness.scenarios.fsdp import judge
@@ -391,3 +391,13 @@ def test_adamw_state_on_one_side_only_is_named_as_a_difference():
     at_step_1 = [(m.param, m.what) for m in judge.compare(records, replayed(records), CONFIG, SEED).mismatches
                  if m.step == 1]
     assert at_step_1 == [("head.bias.exp_avg (missing in the distributed run)", "AdamW state")]
+
+
+def test_the_contract_names_the_step_a_kill_inside_a_collective_struck_in():
+    kill = "kill:worker0@c10d.reduce_scatter_tensor#4"
+    events = [{"kind": HITS, "hits": {"fsdp.step": 2, "c10d.reduce_scatter_tensor": 4}},
+              FaultFired(100.0, 0, kill, "kill", "c10d.reduce_scatter_tensor", 4).as_event()]
+    killed = world([outcome(0, "worker0", KILLED, events=events), outcome(1, "worker1", STOPPED)], faults=kill)
+    verdict = judge.contract(killed, None, CONFIG)
+    assert verdict.ok and verdict.details["during"] == "fsdp.step #2"
+    assert verdict.note.startswith("worker0 killed as planned at c10d.reduce_scatter_tensor #4, during fsdp.step #2")
