@@ -146,6 +146,23 @@ def test_the_ddp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_wr
     assert (mismatches[0].step, mismatches[0].rank, mismatches[0].what) == (0, "worker1", "parameter update")
 
 
+def test_the_ddp_judge_on_cuda_reports_the_first_ranks_gpu_its_tolerances_and_a_gradient_as_itself():
+    config = ddp.Config(steps=2, rtol=0.5, atol=1e-6)  # rtol wider than the GPU's own, atol narrower
+    records = perfect_ddp_run(config, 2, 1, "cuda:0")
+    records["worker1"]["device"] = "cuda:1"  # each rank its own GPU: the first rank's is the run's
+    result = judge_ddp(records, config, 1)
+    assert result.mismatches == []
+    assert result.details["tolerance"] == {
+        "rtol": 0.5, "atol": _device.GPU_ATOL, "norm": True, "device": "cuda:0",
+        "bound": "GPU: each tensor, and each step's parameter update, as a whole (rpc_harness/scenarios/_device.py)"}
+    # A gradient is compared as itself (a step's change is for what a step updates).
+    records = perfect_ddp_run(ddp.Config(steps=2), 2, 1, "cuda:0")
+    records["worker1"]["steps"][1]["grads"]["net1.weight"].mul_(2)
+    mismatches = judge_ddp(records, ddp.Config(steps=2), 1).mismatches
+    assert [(m.step, m.rank, m.param, m.what) for m in mismatches] == [(1, "worker1", "net1.weight", "gradient")]
+    assert mismatches[0].rel_norm == pytest.approx(1.0)
+
+
 def global_gradients(config, seed, params, step):
     """The gradients of one step's global batch (one rank) at ``params``."""
     model = fsdp.build_model(config, seed)

@@ -217,6 +217,32 @@ def test_the_ddp_replay_starts_from_the_first_ranks_initial_then_its_parameters_
     assert points[2] is first["steps"][1]["params"]
 
 
+def test_the_ddp_judge_takes_the_ranks_in_their_rank_order_not_their_names():
+    # Names sort otherwise from ten ranks on ("worker10" < "worker2"): here
+    # the two ranks' numbers are swapped, so worker1 is the first rank.
+    records, expected = ddp_faithful()
+    records["worker0"]["rank"], records["worker1"]["rank"] = 1, 0
+    first = records["worker1"]
+    points = ddp.judge.replay_points(records)
+    assert points[0] is first["init"] and points[1] is first["steps"][0]["params"]
+    first["device"], records["worker0"]["device"] = "cuda:0", "cuda:1"  # each rank its own GPU
+    assert ddp.judge.device_of(records) == "cuda:0"
+    del first["device"], records["worker0"]["device"]
+    for record in records.values():
+        del record["steps"][0]["params"]["net1.bias"]
+    assert [m.rank for m in ddp.judge.compare(records, expected, DDP, 1).mismatches] == [
+        "worker1", "worker0", "worker1, worker0"]
+    records, expected = ddp_faithful()
+    records["worker0"]["rank"], records["worker1"]["rank"] = 1, 0
+    first = records["worker1"]
+    for step in records["worker0"]["steps"]:  # the second rank's loss stuck: not the one the outcome reads
+        step["params"] = records["worker0"]["init"]
+    assert ddp.judge.outcome(records, expected, DDP).ok
+    for step in first["steps"]:
+        step["params"] = first["init"]
+    assert not ddp.judge.outcome(records, expected, DDP).ok
+
+
 def test_the_ddp_held_out_loss_of_a_faithful_run_falls_and_is_the_models_own():
     records, expected = ddp_faithful()
     result = ddp.judge.outcome(records, expected, DDP)
