@@ -208,3 +208,21 @@ def test_the_fsdp_judge_holds_a_gpu_run_to_the_gpu_tolerances_and_still_sees_a_w
             step["params"][name] = start[name] + 2 * (step["params"][name] - start[name])
     first = judge_fsdp(gpu, config, 3).mismatches[0]
     assert (first.step, first.what) == (0, "parameter update")
+
+
+def test_the_fsdp_judge_on_cuda_reports_its_tolerances_and_compares_a_gradient_as_itself():
+    config = fsdp.Config(steps=2, layers=1, rtol=0.5, atol=1e-6)  # rtol wider than the GPU's own, atol narrower
+    gpu = perfect_fsdp_run(config, 3, "cuda:0")
+    result = judge_fsdp(gpu, config, 3)
+    assert result.mismatches == []
+    assert result.details["tolerance"] == {
+        "rtol": 0.5, "atol": _device.GPU_ATOL, "norm": True, "device": "cuda:0",
+        "bound": "GPU: each tensor, and each step's change of the parameters and AdamW state, as a whole "
+                 "(rpc_harness/scenarios/_device.py)"}
+    config = fsdp.Config(steps=2, layers=1)
+    gpu = perfect_fsdp_run(config, 3, "cuda:0")
+    gpu["worker0"]["steps"][1]["grads"]["head.weight"].mul_(2)
+    # (The baseline steps AdamW with the run's gradients: its state and parameters after differ too.)
+    mismatches = [m for m in judge_fsdp(gpu, config, 3).mismatches if m.what.startswith("gradient")]
+    assert [(m.step, m.rank, m.param, m.what) for m in mismatches] == [(1, "all ranks", "head.weight", "gradient")]
+    assert mismatches[0].rel_norm == pytest.approx(1.0)

@@ -256,6 +256,32 @@ def test_whole_puts_the_ranks_shards_together_in_rank_order_and_keeps_the_first_
     assert "only0" not in step["grads"]
 
 
+def test_the_ranks_are_taken_in_their_rank_order_not_their_names():
+    # Names sort otherwise from ten ranks on ("worker10" < "worker2"): here
+    # the two ranks' numbers are swapped, so worker1's shards come first.
+    def record(rank, row):
+        return {"rank": rank, "seed": 0, "device": f"cuda:{rank}", "init": {},
+                "steps": [{"loss": 1.0, "grads": {"w": torch.tensor([row])}, "params": {}, "state": {}}]}
+
+    records = {"worker0": record(1, 2.0), "worker1": record(0, 1.0)}
+    assert torch.equal(judge.whole(records)["steps"][0]["grads"]["w"], torch.tensor([1.0, 2.0]))
+    records, expected = faithful()
+    records["worker0"]["rank"], records["worker1"]["rank"] = 1, 0
+    records["worker0"]["device"], records["worker1"]["device"] = "cuda:1", "cuda:0"  # each rank its own GPU
+    # The ranks swapped: their shards (the halves of each tensor) swap with them.
+    records["worker0"]["steps"], records["worker1"]["steps"] = records["worker1"]["steps"], records["worker0"]["steps"]
+    result = judge.compare(records, expected, CONFIG, SEED)
+    assert result.mismatches == [] and result.details["tolerance"]["device"] == "cuda:0"
+
+
+def test_mixed_precision_takes_the_configs_rtol_where_it_is_wider():
+    records, expected = faithful()
+    scale_gradient(records, 1, "head.weight", 1.2)  # 20 %: beyond mixed precision's 10 %
+    wide = fsdp.Config(**{**MIXED.__dict__, "rtol": 0.3})
+    assert judge.compare(records, expected, wide, SEED).mismatches == []
+    assert [m.rtol for m in judge.compare(records, expected, MIXED, SEED).mismatches] == [judge.MIXED_RTOL]
+
+
 def test_the_held_out_loss_of_a_faithful_run_falls_and_is_the_models_own():
     records, expected = faithful()
     result = judge.outcome(records, expected, CONFIG)
