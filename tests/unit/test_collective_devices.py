@@ -105,6 +105,40 @@ def test_on_cuda_a_tensor_is_held_as_a_whole_and_a_step_by_its_change():
     assert _collective.compare_run(doubled, expected, bounds, device="cuda:0", **args)[2] == []
 
 
+ARGS = {"scenario": "s", "step": 3, "rank": "worker2", "seed": 7}
+
+
+def test_on_cuda_the_ratio_is_a_tensors_norm_difference_over_its_bound_and_the_configs_tolerances_widen_it():
+    expected = {"w": torch.tensor([3.0, 4.0]), "empty": torch.zeros(0), "bent": torch.zeros(2)}
+    actual = {"w": torch.tensor([3.0, 4.3]), "empty": torch.zeros(0), "bent": torch.zeros(3), "new": torch.ones(1)}
+    bounds = {}  # the derived bound is the CPU's: not read on CUDA
+    diff, ratio, bad = _collective.compare_run(actual, expected, bounds, device="cuda:0", what="gradient", **ARGS)
+    # ||a - e|| = 0.3 of ||e|| = 5, against GPU_RTOL * 5 + GPU_ATOL * sqrt(2); the tensors not
+    # compared have no ratio (and an infinite difference).
+    assert diff == float("inf")
+    assert ratio == pytest.approx(0.3 / (_device.GPU_RTOL * 5 + _device.GPU_ATOL * 2**0.5), rel=1e-5)
+    assert [m.param for m in bad] == ["bent", "new (missing in the baseline)", "w"]  # (gradcheck names a misshapen tensor plainly)
+    m = bad[-1]
+    assert (m.scenario, m.step, m.rank, m.seed, m.what) == ("s", 3, "worker2", 7, "gradient")
+    assert (m.rtol, m.atol, m.rel_norm) == (_device.GPU_RTOL, _device.GPU_ATOL, pytest.approx(0.06, rel=1e-5))
+    # The config's tolerances where wider than the GPU's: rtol 0.1 of 5 allows 0.5.
+    diff, ratio, bad = _collective.compare_run({"w": actual["w"]}, {"w": expected["w"]}, bounds, device="cuda:0",
+                                               what="gradient", rtol=0.1, atol=1e-3, **ARGS)
+    assert bad == [] and ratio == pytest.approx(0.3 / (0.1 * 5 + 1e-3 * 2**0.5), rel=1e-5)
+    assert diff == pytest.approx(0.3, rel=1e-5)
+
+
+def test_on_cuda_a_steps_change_is_each_tensor_less_its_start_or_all_of_it_where_it_has_none():
+    start = {"a": torch.tensor([1.0]), "c": torch.tensor([1.0])}  # no "b" yet (AdamW state at its first step)
+    expected = {"a": torch.tensor([3.0]), "b": torch.tensor([5.0]), "c": torch.tensor([1.0, 2.0])}
+    actual = {"a": torch.tensor([3.5]), "b": torch.tensor([5.5]), "c": torch.tensor([1.5, 2.0])}
+    _, _, bad = _collective.compare_run(actual, expected, {}, device="cuda:0", start=start, what="AdamW state",
+                                        **ARGS)
+    # a: 2.5 against 2; b: 5.5 against 5, whole; c: another shape than its start, whole too.
+    assert [(m.param, m.what) for m in bad] == [(name, "AdamW state update") for name in ("a", "b", "c")]
+    assert [m.rel_norm for m in bad] == pytest.approx([0.25, 0.1, 0.5 / 5**0.5], rel=1e-5)
+
+
 def perfect_ddp_run(config, world_size, seed, device):
     """What a faultless world on ``device`` would return: every rank the baseline's own steps."""
     init = {name: p.detach().clone() for name, p in ddp.build_model(config, seed).named_parameters()}

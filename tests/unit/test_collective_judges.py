@@ -458,6 +458,19 @@ def test_compare_within_keeps_the_worst_over_tensors_and_the_owner_names_the_ran
     assert [(m.rank, m.param, m.max_abs, m.atol) for m in bad] == [("worker9", "a", 4.0, 2.0)]
 
 
+def test_compare_run_on_the_cpu_is_compare_within_with_every_option_and_its_owner():
+    expected = {"w": torch.ones(4)}
+    bounds = {"w": torch.full((4,), 0.5, dtype=torch.float64)}
+    actual = {"w": torch.tensor([1.0, 1.0, 3.0, 1.0])}
+    options = {"scenario": "s", "step": 2, "rank": "r", "seed": 7, "what": "parameter", "atol": 0.25, "rtol": 0.5,
+               "owner": lambda mask: f"worker{int(mask.nonzero()[0])}"}
+    got = _collective.compare_run(actual, expected, bounds, device="cpu", start={"w": torch.zeros(4)}, **options)
+    assert got == _collective.compare_within(actual, expected, bounds, **options)
+    (m,) = got[2]
+    assert (m.scenario, m.step, m.rank, m.param, m.seed, m.what) == ("s", 2, "worker2", "w", 7, "parameter")
+    assert (m.atol, m.rtol) == (1.25, 0.5)  # 0.5 + 0.25 + 0.5 * 1: each option reached the bound
+
+
 def test_compare_within_reports_every_field_of_a_mismatch_at_its_worst_element():
     expected = {"w": torch.tensor([1.0, 1.0, 2.0])}
     bounds = {"w": torch.tensor([0.5, 0.01, 0.25], dtype=torch.float64)}  # the worst ratio is the middle one
