@@ -109,6 +109,9 @@ def test_the_ddp_judge_holds_the_initial_parameters_bit_for_bit():
     mismatches = judge_ddp(records, config, 1).mismatches
     assert [(m.scenario, m.step, m.rank, m.param, m.what, m.atol, m.rtol, m.seed) for m in mismatches] == [
         ("ddp", "init", "worker1", "net1.weight", "initial parameter", 0.0, 0.0, 1)]
+    records["worker0"]["init"]["net2.bias"][0] += 1e-7  # every rank's own initial parameters, each named
+    assert [(m.rank, m.param) for m in judge_ddp(records, config, 1).mismatches] == [
+        ("worker0", "net2.bias"), ("worker1", "net1.weight")]
 
 
 def test_the_fsdp_judge_puts_the_ranks_shards_together_in_rank_order():
