@@ -260,3 +260,12 @@ def test_the_fsdp_judge_on_cuda_reports_its_tolerances_and_compares_a_gradient_a
     mismatches = [m for m in judge_fsdp(gpu, config, 3).mismatches if m.what.startswith("gradient")]
     assert [(m.step, m.rank, m.param, m.what) for m in mismatches] == [(1, "all ranks", "head.weight", "gradient")]
     assert mismatches[0].rel_norm == pytest.approx(1.0)
+
+
+def test_the_fsdp_judge_on_cuda_holds_mixed_precisions_gradients_as_wholes_too():
+    config = fsdp.Config(steps=2, layers=1, mixed_precision=True)
+    gpu = perfect_fsdp_run(config, 3, "cuda:0")
+    gpu["worker0"]["steps"][1]["grads"]["head.weight"].mul_(1.05)  # within mixed precision's 10 %
+    result = judge_fsdp(gpu, config, 3)
+    assert [m.what for m in result.mismatches if m.what.startswith("gradient")] == []
+    assert result.details["tolerance"]["gradients"] == "as a whole, rtol=0.1 (mixed precision)"

@@ -96,6 +96,7 @@ def test_the_ddp_judge_counts_a_missing_tensor_or_step_as_not_compared():
                                   config, 1)
     assert result.checked == result.expected - 4
     assert any("parameter tensors the baseline has (never compared)" in m.param for m in result.mismatches)
+    assert "number of steps" not in [m.what for m in result.mismatches], "short is not long"
     short["worker0"]["steps"].pop()  # the first rank, whose steps say where each began, short too
     result = ddp.SCENARIO.compare(short, ddp.SCENARIO.baseline(config, 2, 1, perfect_ddp_run(config, 2, 1)),
                                   config, 1)
