@@ -516,3 +516,31 @@ def test_parameters_and_gradients_are_copies_by_name_and_only_existing_gradients
         model.used.weight.grad.add_(1.0)
     assert torch.equal(params["used.weight"], torch.tensor([[1.0, -2.0]])), "a copy, not the parameter itself"
     assert torch.equal(grads["used.weight"], torch.ones(1, 2)), "a copy, not the gradient itself"
+
+
+class _OnGpu:
+    """A stand-in for a parameter (and its gradient) on a GPU, which this
+    machine may not have: what ``to`` was asked for, and a copy that says where it went."""
+
+    def __init__(self, asked: list) -> None:
+        self.asked = asked
+        self.grad = self  # its gradient: on the GPU too
+
+    def detach(self) -> _OnGpu:
+        return self
+
+    def to(self, *args, **kwargs) -> str:
+        self.asked.append((args, kwargs))
+        return f"copy on {args[0] if args else kwargs.get('device')}"
+
+
+def test_parameters_and_gradients_of_a_model_on_a_gpu_are_copied_to_the_cpu():
+    asked = []
+
+    class OnGpu(torch.nn.Module):
+        def named_parameters(self, *args, **kwargs):
+            return iter([("w", _OnGpu(asked))])
+
+    assert _collective.parameters(OnGpu()) == {"w": "copy on cpu"}
+    assert _collective.gradients(OnGpu()) == {"w": "copy on cpu"}
+    assert asked == [(("cpu",), {"copy": True})] * 2
