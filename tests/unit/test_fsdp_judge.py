@@ -182,6 +182,9 @@ def test_a_run_shorter_than_its_baseline_is_counted_short_and_a_longer_one_is_na
     assert [(m.scenario, m.step, m.rank, m.param, m.what, m.max_abs, m.atol, m.rtol, m.seed)
             for m in result.mismatches] == [("fsdp", "all", "worker0", "steps", "number of steps", 1.0, 0.0, 0.0, SEED)]
     assert result.checked == result.expected == (CONFIG.steps - 1) * PARAMS
+    records["worker0"]["init"]["norm.bias"][0] += 1e-7  # named beside the extra step, not replaced by it
+    assert [(m.step, m.param) for m in judge.compare(records, expected, CONFIG, SEED).mismatches] == [
+        ("init", "norm.bias"), ("all", "steps")]
 
 
 MIXED = fsdp.Config(**{**CONFIG.__dict__, "mixed_precision": True})
