@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import rpc_harness
-from rpc_harness.events import FaultFired
+from rpc_harness.events import HITS, FaultFired
 from rpc_harness.result import KILLED, OK, RAISED, STOPPED
 from rpc_harness.scenarios import _verdicts, ddp_rpc
 from rpc_harness.scenarios.ddp_rpc import judge
@@ -258,3 +258,15 @@ def test_the_contract_is_the_collective_one():
     assert verdict == _verdicts.collective_contract(killed)
     assert verdict.ok and verdict.note.startswith("trainer0 killed as planned at trainer.step #2")
     assert not judge.contract(world([outcome(r, n) for r, n in enumerate(names)], faults=kill), None, CONFIG).ok
+
+
+def test_the_contract_names_the_step_a_kill_inside_a_trainers_collective_struck_in():
+    kill = "kill:trainer1@c10d.all_reduce#3"
+    events = [{"kind": HITS, "hits": {"trainer.step": 3, "c10d.all_reduce": 3}},
+              FaultFired(100.0, 3, kill, "kill", "c10d.all_reduce", 3).as_event()]
+    names = ddp_rpc.names(4)
+    killed = world([outcome(0, names[0], RAISED, error="RuntimeError: trainer1 died"), outcome(1, names[1], STOPPED),
+                    outcome(2, names[2], STOPPED), outcome(3, names[3], KILLED, events=events)], faults=kill)
+    verdict = judge.contract(killed, None, CONFIG)
+    assert verdict.ok and verdict.details["during"] == "trainer.step #3"
+    assert verdict.note.startswith("trainer1 killed as planned at c10d.all_reduce #3, during trainer.step #3")
