@@ -295,6 +295,18 @@ BUGS = (
         "rpc_harness/scenarios/_collective.py", 'ratio = torch.nan_to_num(ratio, nan=float("inf"), posinf=float("inf"))',
         'ratio = torch.nan_to_num(ratio, nan=float("inf"))',
         (UCJ + "test_compare_within_allows_no_difference_where_the_bound_is_zero_and_counts_empty_tensors",)),
+    # Issue 40 item 5: the judges take ranks by their number (names sort otherwise from ten on).
+    Bug("the ddp judge takes its ranks in their names' order", "rpc_harness/scenarios/ddp/judge.py",
+        'ranks = sorted(actual, key=lambda name: actual[name]["rank"])', "ranks = sorted(actual)",
+        (UCJ + "test_the_ddp_judge_takes_the_ranks_in_their_rank_order_not_their_names",)),
+    Bug("the fsdp judge puts the shards together in their ranks' names' order", "rpc_harness/scenarios/fsdp/judge.py",
+        'ranks = [records[name] for name in sorted(records, key=lambda name: records[name]["rank"])]',
+        "ranks = [records[name] for name in sorted(records)]",
+        ("tests/unit/test_fsdp_judge.py::test_the_ranks_are_taken_in_their_rank_order_not_their_names",)),
+    Bug("the ddp_rpc judge takes its trainers in their names' order", "rpc_harness/scenarios/ddp_rpc/judge.py",
+        'trainers = sorted(actual["trainers"], key=lambda name: actual["trainers"][name]["index"])',
+        'trainers = sorted(actual["trainers"])',
+        ("tests/unit/test_ddp_rpc_judge.py::test_the_trainers_are_taken_in_their_index_order_not_their_names",)),
     # The fault checks rpc-harness run runs for them: inside the collectives their models issue.
     Bug("ddp's run kill check strikes at the step, never inside the reducer's all-reduce",
         "rpc_harness/scenarios/ddp/__init__.py", 'kill:{last}@c10d.all_reduce#', 'kill:{last}@ddp.step#',
