@@ -256,7 +256,7 @@ def test_waits(rpc_world):
                          r"after (\d+\.\d) s: 3 ranks \(worker0, worker1, worker2\), seed \d+\n"
                          r"Replay: pytest test_worlds.py::test_waits --rpc-seed=5\n"
                          r"    or: rpc-harness replay rpch1_\S+ --deadline 600\n"
-                         r"    or: import sys; .*rpc_harness.run_world\('test_worlds:waits'", out, re.M)
+                         r"    or: import rpc_harness, sys; .*rpc_harness.run_world\('test_worlds:waits'", out, re.M)
         assert said, out
         assert float(said[1]) >= 1.0, out
         assert out.index(said[0]) < out.index("!! KeyboardInterrupt !!"), "before pytest's own"
