@@ -69,14 +69,15 @@ def before_entry() -> Before:
                   (0, 0, 0) if world is None else hooks.tally(world.group_name))
 
 
-def proven(before: Before, group: Any) -> bool:
+def proven(before: Before, group: Any, now: tuple[int, int, int]) -> bool:
     """Whether the entry's own collectives show ``group`` (the default
     group) usable in this rank: the group the entry began with, at least
     one collective of the entry's over it, each completed, none failed (a
-    completion of an older op meanwhile proves nothing: not proven)."""
+    completion of an older op meanwhile proves nothing: not proven).
+    ``now``: the group's tally as the entry ended (``hooks.tally``)."""
     if id(group) != before.world:
         return False
-    entered, completed, failed = hooks.tally(group.group_name)
+    entered, completed, failed = now
     ran = entered - before.tally[0]
     return ran > 0 and completed - before.tally[1] == ran and failed == before.tally[2]
 
@@ -99,8 +100,9 @@ def findings(store_path: str, rank: int, world_size: int, before: Before, *, tho
         described = ", ".join(_describe(pg) for pg in left[:5])
         found.append(("subgroups", f"still has {len(left)} subgroup(s) the entry made: {described}"))
     sequence = group._get_sequence_number_for_group()
-    entered = hooks.tally(group.group_name)[0]
-    peers = _exchange(store_path, rank, world_size, (sequence, bool(found), proven(before, group), entered), wait)
+    now = hooks.tally(group.group_name)
+    entered = now[0]
+    peers = _exchange(store_path, rank, world_size, (sequence, bool(found), proven(before, group, now), entered), wait)
     others = {peer: word for peer, word in peers.items() if word[0] != sequence}
     if others:
         found.append(("sequence", _behind(entered, sequence, others)))

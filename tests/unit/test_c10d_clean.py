@@ -43,16 +43,14 @@ def before(group, tally):
     ((12, 12, 1), False),  # one failed
     ((11, 12, 0), False),  # an older op completed meanwhile: nothing shown
 ])
-def test_the_entrys_own_collectives_show_the_group_usable_only_when_each_completed(tallies, after, shown):
+def test_the_entrys_own_collectives_show_the_group_usable_only_when_each_completed(after, shown):
     group = Group()
-    tallies["0"] = after
-    assert clean.proven(before(group, (10, 10, 0)), group) is shown
+    assert clean.proven(before(group, (10, 10, 0)), group, after) is shown
 
 
-def test_a_default_group_the_entry_made_anew_shows_nothing(tallies):
+def test_a_default_group_the_entry_made_anew_shows_nothing():
     group, old = Group(), Group()
-    tallies["0"] = (12, 12, 0)
-    assert not clean.proven(before(old, (10, 10, 0)), group)
+    assert not clean.proven(before(old, (10, 10, 0)), group, (12, 12, 0))
 
 
 @pytest.fixture
