@@ -48,6 +48,14 @@ def test_the_entrys_own_collectives_show_the_group_usable_only_when_each_complet
     assert clean.proven(before(group, (10, 10, 0)), group, after) is shown
 
 
+def test_an_older_op_that_completed_during_the_entry_shows_nothing():
+    # One op of an earlier entry still pending as this one began (11 entered,
+    # 10 completed): its completion now is no proof of the entry's own two.
+    group = Group()
+    assert not clean.proven(before(group, (11, 10, 0)), group, (13, 13, 0))
+    assert clean.proven(before(group, (11, 10, 0)), group, (13, 12, 0))
+
+
 def test_a_default_group_the_entry_made_anew_shows_nothing():
     group, old = Group(), Group()
     assert not clean.proven(before(old, (10, 10, 0)), group, (12, 12, 0))
@@ -99,5 +107,5 @@ def test_a_rank_behind_is_named_in_the_reports_numbers_or_torchs_where_those_agr
     # report said "#4, but rank 1 at #3" beside "rank 0 at all_reduce #3").
     assert clean._behind(3, 4, {1: (3, False, True, 2), 2: (3, False, True, 2)}) == (
         "is at collective #3 of the default group, but rank 1 at #2, rank 2 at #2")
-    assert clean._behind(3, 5, {1: (4, False, True, 3)}) == (
-        "is at sequence number 5 of the default group (torch's), but rank 1 at 4")
+    assert clean._behind(3, 5, {1: (4, False, True, 3), 2: (6, False, True, 3)}) == (
+        "is at sequence number 5 of the default group (torch's), but rank 1 at 4, rank 2 at 6")

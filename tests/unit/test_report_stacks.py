@@ -59,6 +59,7 @@ FREEING = (
 
 def test_a_thread_stuck_as_its_entry_returned_is_shown_saying_so():
     text, _ = readable_stacks(FREEING)
+    assert text.startswith("Thread 0x00007f5d64ff16c0 (most recent call first):\n  <no Python frame>\n\n"), text
     assert text.endswith("Current thread 0x00007f5d9d3f1b80 (most recent call first):\n"
                          "  (its entry has returned: this thread is in C code, freeing what the entry left behind, "
                          "such as a model and its process group, and that does not end)"), text
@@ -69,3 +70,5 @@ def test_a_thread_only_the_harness_has_frames_in_is_still_left_out(monkeypatch):
     waiting = SHUTDOWN_WAIT.replace('  File "/x/tests/programs/tutorial_ps.py", line 100 in run_worker\n'
                                     "    rpc.shutdown()\n", "")
     assert readable_stacks(waiting) == ("", 4)  # _recv, leave, shutdown, _run
+    text, _ = readable_stacks(waiting + "\n\n" + FUTURE_WAIT.format(n=2))
+    assert "in train" in text and "shutdown" not in text, "the threads after it are still shown"
