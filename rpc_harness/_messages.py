@@ -37,9 +37,12 @@ class ProgressReported:
 @dataclass(frozen=True)
 class EntryDone:
     """The entry (or program) is done; the rank waits for :class:`Shutdown`.
-    ``value`` is its pickled return value, when already known."""
+    ``value`` is its pickled return value, when already known. A reused
+    world's rank that checks at once (``RunEntry.check``) sends its
+    :class:`Checked` with it: one message, one wake-up of the supervisor."""
 
     value: bytes | None = None
+    checked: Checked | None = None
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,12 @@ class Exit:
 @dataclass(frozen=True)
 class Checked:
     """A reused world's rank after an entry: what it found left of it
-    (``rpc_harness._rank.clean``), one line per broken rule; empty: clean."""
+    (``rpc_harness._rank.clean``), one line per broken rule; empty: clean.
+    ``group``: in a world with a default group, what the rank says of it
+    (a ``c10d.sequence.GroupWord``: the supervisor compares the ranks')."""
 
     problems: tuple[str, ...] = ()
+    group: object = None
 
 
 ToSupervisor = Joined | ProgressReported | EntryDone | Value | ShutdownDone | Frozen | Failed | Checked
@@ -118,8 +124,8 @@ class RunEntry:
     controlled: bool = False  # under a controlled schedule (the supervisor holds the schedule itself)
     # Then, done or failed, take the quick look of :class:`Check` at once
     # and answer :class:`Checked` unasked: in a world of collectives only,
-    # uncontrolled, whose ranks meet in the check's own exchange and need
-    # no word of the supervisor's to begin it (one round trip less an entry).
+    # uncontrolled, where no rank's look waits for anything of its peers'
+    # (one round trip less an entry).
     check: bool = False
 
 
@@ -130,6 +136,14 @@ class Check:
     garbage, wait longer, name the RRefs this rank holds: a slower look)."""
 
     thorough: bool = False
+
+
+@dataclass(frozen=True)
+class TryGroup:
+    """A reused collective world, every rank clean but the default group
+    not shown usable by the entry's own collectives on some rank: run an
+    all_reduce of the check's own over it, every rank together, and answer
+    :class:`Checked` with what it showed wrong."""
 
 
 # -- a controlled schedule: rank (its tasks) -> scheduler, over a pipe of its own -------------

@@ -136,11 +136,14 @@ def read_event_lines(path: str, start: int = 0) -> list[dict]:
     return events
 
 
-def events_written(path: str) -> int:
-    """How many bytes of events an :class:`EventLog` has written to ``path`` so far."""
+def events_written(path: str, known: int = 0) -> int:
+    """How many bytes of events an :class:`EventLog` has written to ``path``
+    so far; ``known``: bytes a look before found written (read on from there:
+    a reused world's file grows with every entry)."""
     try:
         with open(path, "rb") as file:
-            return len(_written(file))
+            file.seek(known)
+            return known + len(_written(file))
     except OSError:
         return 0
 

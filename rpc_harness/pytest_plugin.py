@@ -73,6 +73,8 @@ def _dest(flag: str) -> str:
 
 _MAX_WORLD_SECTIONS = 2
 _session_seed_key = pytest.StashKey[int]()
+_typed_key = pytest.StashKey[dict[str, str]]()  # a node id -> as typed where the session started
+_flags_key = pytest.StashKey[list]()  # the world options on the command line
 _session_values_key = pytest.StashKey[dict]()
 _results_key = pytest.StashKey[list]()
 _asserts_key = pytest.StashKey[Any]()  # how ranks rewrote asserts before this session
@@ -842,7 +844,17 @@ def _replay_line(config: pytest.Config, nodeids: list[str], seed: int) -> str:
     monorepo's root with the project's path)."""
     from .repro import pytest_line
 
-    return pytest_line([_from_invocation(config, nodeid) for nodeid in nodeids], seed, _command_line_flags(config))
+    # Both fixed for the session, and asked for by every world (an entry of
+    # a reused world takes milliseconds: its lines are part of its cost).
+    typed, flags = config.stash.get(_typed_key, None), config.stash.get(_flags_key, None)
+    if typed is None:
+        typed = config.stash[_typed_key] = {}
+    if flags is None:
+        flags = config.stash[_flags_key] = _command_line_flags(config)
+    for nodeid in nodeids:
+        if nodeid not in typed:
+            typed[nodeid] = _from_invocation(config, nodeid)
+    return pytest_line([typed[nodeid] for nodeid in nodeids], seed, flags)
 
 
 def _from_invocation(config: pytest.Config, nodeid: str) -> str:

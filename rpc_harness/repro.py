@@ -30,6 +30,7 @@ import base64
 import binascii
 import contextlib
 import json
+import math
 import re
 import shlex
 import sys
@@ -278,6 +279,20 @@ def _unliteral(where: str, value: Any) -> list[tuple[str, Any]]:
 
 def is_literal(value: Any) -> bool:
     """Whether ``repr(value)`` evaluates back to an equal value of the same type."""
+    # The common arguments answered without a parse: every world's Python
+    # line asks, and ast.literal_eval was a quarter of the lines' cost in a
+    # reused world's millisecond entries.
+    kind = type(value)
+    if kind in (str, bytes, bool, type(None)):
+        return True
+    if kind is int and value.bit_length() < 10_000:  # (past Python's limit on digits, repr() raises)
+        return True
+    if kind is float:
+        return math.isfinite(value)  # repr(nan) and repr(inf) are names, not literals
+    if kind in (list, tuple):
+        return all(is_literal(item) for item in value)
+    if kind is dict:
+        return all(is_literal(key) and is_literal(item) for key, item in value.items())
     try:
         return _same(ast.literal_eval(repr(value)), value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

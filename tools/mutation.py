@@ -302,7 +302,8 @@ MODULES: dict[str, list[str]] = {
     "rpc_harness/interrupts.py": ["tests/world/test_interrupts.py"],
     "rpc_harness/c10d/hooks.py": ["tests/world/test_c10d_faults.py", "tests/world/test_c10d_reports.py"],
     "rpc_harness/c10d/group.py": ["tests/world/test_collectives.py"],
-    "rpc_harness/c10d/clean.py": ["tests/unit/test_c10d_clean.py"],  # its exchange and group try: test_collective_reuse (worlds)
+    "rpc_harness/c10d/clean.py": ["tests/unit/test_c10d_clean.py"],  # its pending-work scan: test_collective_reuse (worlds)
+    "rpc_harness/c10d/sequence.py": ["tests/unit/test_c10d_clean.py"],
     # No function: nothing for mutmut to mutate.
     "rpc_harness/__init__.py": [],
     "rpc_harness/__main__.py": [],

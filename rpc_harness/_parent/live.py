@@ -50,6 +50,7 @@ from .. import _messages as msg
 from .. import result as R
 from .._rank.boot import rank_file
 from .._rank.clean import RULES
+from ..c10d.sequence import GroupWord, must_try, sequence_findings
 from ..context import events_written, read_event_lines
 from ..errors import WorldSpecError
 from ..faults import FaultPlan
@@ -103,6 +104,7 @@ class LiveSupervisor(Supervisor):
         self.events_read: dict[int, int] = {}
         self.log_read: dict[int, int] = {}
         self.checked: dict[int, tuple[str, ...]] = {}
+        self.words: dict[int, GroupWord] = {}  # what each rank said of its default group in its last answer
         self.checks_at_once = False  # the ranks take the quick look unasked (RunEntry.check)
 
     # -- the world's life -----------------------------------------------------------------
@@ -190,7 +192,7 @@ class LiveSupervisor(Supervisor):
         and where each rank's files stand now."""
         self.spec = spec
         self.outcomes = [RankOutcome(rank, name, phase="entry") for rank, name in enumerate(self.names)]
-        self.pickled_values, self.problems, self.checked = {}, [], {}
+        self.pickled_values, self.problems, self.checked, self.words = {}, [], {}, {}
         self.timed_out, self.budget = False, "deadline"
         # A controlled entry's schedule: a scheduler of its own (its first
         # step the entry's start, its clock at 0), over the world's pipes.
@@ -202,7 +204,8 @@ class LiveSupervisor(Supervisor):
             for conn in self.schedule_conns:
                 self.link.add(conn)
         for rank in range(len(self.outcomes)):
-            self.events_read[rank] = events_written(rank_file(self.workdir, rank, "events"))
+            self.events_read[rank] = events_written(rank_file(self.workdir, rank, "events"),
+                                                    self.events_read.get(rank, 0))
             self.log_read[rank] = _size(rank_file(self.workdir, rank, "log"))
             self.stacks_read[rank] = len(_text(rank_file(self.workdir, rank, "stacks")))
         self.started = self.joined_at = time.monotonic()
@@ -211,27 +214,35 @@ class LiveSupervisor(Supervisor):
     def _check(self) -> list[str]:
         """Ask every rank what the entry left: a quick look, and where any
         rank found something, a thorough one everywhere, whose findings
-        (with the RRefs left named) are the verdict."""
-        found = self._ask(thorough=False, asked=not self.checks_at_once)
+        (with the RRefs left named) are the verdict. In a collective world
+        whose ranks are all clean, the default group is then tried, where
+        the entry's own collectives did not show it usable on every rank."""
+        found = self._ask(msg.Check(thorough=False) if not self.checks_at_once else None)
         if found:
-            found = self._ask(thorough=True)
+            found = self._ask(msg.Check(thorough=True))
+        if not found and self.words and not self.problems and must_try(self.words):
+            found = self._ask(msg.TryGroup())
         problems = []
         for line in found:
             rule, text = line.split(": ", 1)
             problems.append(f"{R.DIRTY}: rule {rule} ({RULES[rule]}): {text}")
         return problems
 
-    def _ask(self, *, thorough: bool, asked: bool = True) -> list[str]:
-        """Every rank's findings; ``asked``: False where the ranks began
-        their look unasked (their answers may be in already)."""
-        if asked:
-            self.checked = {}
-            self._tell_all(msg.Check(thorough))
+    def _ask(self, order: msg.Check | msg.TryGroup | None) -> list[str]:
+        """Every rank's findings after ``order`` (None: the ranks began
+        their look unasked, and their answers may be in already), with the
+        sequence rule's, which their words on the default group judge."""
+        if order is not None:
+            self.checked, self.words = {}, {}
+            self._tell_all(order)
         answered = self.watch_until(lambda: len(self.checked) == len(self.running),
                                     time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
         if not answered:
             return []
-        return [line for rank in sorted(self.checked) for line in self.checked[rank]]
+        behind = sequence_findings(self.words)
+        return [line for rank in sorted(self.checked)
+                for line in (*self.checked[rank],
+                             *([f"sequence: {self.outcomes[rank].label} {behind[rank]}"] if rank in behind else []))]
 
     def _check_timed_out(self) -> None:
         silent = sorted(self.running - set(self.checked))
@@ -243,13 +254,20 @@ class LiveSupervisor(Supervisor):
 
     def on_message(self, rank: int, message: msg.ToSupervisor) -> None:
         match message:
-            case msg.Checked(problems):
-                self.checked[rank] = problems
-            case msg.EntryDone():
+            case msg.Checked():
+                self._checked(rank, message)
+            case msg.EntryDone(_, checked):
                 super().on_message(rank, message)
                 self.outcomes[rank].status = R.OK
+                if checked is not None:
+                    self._checked(rank, checked)
             case _:
                 super().on_message(rank, message)
+
+    def _checked(self, rank: int, answer: msg.Checked) -> None:
+        self.checked[rank] = answer.problems
+        if isinstance(answer.group, GroupWord):
+            self.words[rank] = answer.group
 
     def alive(self) -> bool:
         """Whether every rank is still there (one may die between entries)."""

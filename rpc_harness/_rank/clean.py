@@ -3,8 +3,8 @@ entry must keep so that the next entry finds the world as a fresh one would.
 
 Runs in the rank (stdlib + torch), once every rank's entry has returned, on
 the supervisor's word (``msg.Check``); in a world of collectives only, as
-the rank's own entry returns (``msg.RunEntry.check``: the ranks meet in
-the collective rules' exchange). The rules read what torch itself
+the rank's own entry returns (``msg.RunEntry.check``: no rank waits for
+another's word in its look, the supervisor compares them). The rules read what torch itself
 reports (measured on torch 2.13): ``rpc._rref_context_get_debug_info()``
 gives ``num_owner_rrefs``, ``num_forks``, ``num_pending_users`` and
 ``num_pending_futures``; ``dist_autograd._get_debug_info()`` gives
@@ -58,12 +58,14 @@ def threads_now() -> set[int]:
 
 
 def check(label: str, before: set[int], *, thorough: bool = False,
-          collective: tuple[str, int, int, Any] | None = None) -> tuple[str, ...]:
+          collective: Any = None) -> tuple[tuple[str, ...], Any]:
     """What this rank (``label``: "rank 1 (worker1)") breaks of ``RULES``,
-    one line per finding, each starting with its rule's name; empty when
-    clean. ``before``: the threads alive before the entry ran.
-    ``collective``: in a world with a default group, its store's path, this
-    rank, the world's size and its groups as the entry began (``c10d.clean.Before``)."""
+    one line per finding, each starting with its rule's name (none: clean),
+    and its word on its default group (``c10d.sequence.GroupWord``; None
+    in a world without one), which the supervisor compares with its
+    peers'. ``before``: the threads alive before the entry ran.
+    ``collective``: in a world with a default group, its groups as the
+    entry began (``c10d.clean.Before``)."""
     # RRefs and futures held only by garbage cycles go now (the entry's
     # own are young; a thorough look collects every generation).
     gc.collect() if thorough else gc.collect(1)
@@ -73,14 +75,16 @@ def check(label: str, before: set[int], *, thorough: bool = False,
         if not found or time.monotonic() >= until:
             break
         time.sleep(0.005)
+    word = None
     if collective is not None:
         from ..c10d import clean as c10d_clean
 
-        found += c10d_clean.findings(*collective, thorough=thorough, wait=SETTLE)
+        more, word = c10d_clean.look(collective, thorough=thorough)
+        found += more
     lines = [f"{rule}: {label} {text}" for rule, text in found]
     if thorough and _rpc_agent_set():  # no RRef without an agent: a scan of every object spared
         lines += [f"rrefs: {label} {text}" for text in held_rrefs()]
-    return tuple(lines)
+    return tuple(lines), word
 
 
 def _rpc_agent_set() -> bool:

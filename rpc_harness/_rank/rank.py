@@ -199,10 +199,9 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
     before = _clean.threads_now()
     groups = c10d_clean.before_entry()
 
-    def check(thorough: bool) -> None:
-        collective = None if world.group is None else (
-            os.path.join(boot.workdir, "store"), boot.rank, world.world_size, groups)
-        send(msg.Checked(_clean.check(label, before, thorough=thorough, collective=collective)))
+    def look(thorough: bool) -> msg.Checked:
+        return msg.Checked(*_clean.check(label, before, thorough=thorough,
+                                         collective=None if world.group is None else groups))
 
     while True:
         try:
@@ -212,25 +211,32 @@ def _serve_entries(conn: Connection, boot: Boot, world: RankContext, events: Eve
         match word:
             case msg.RunEntry():
                 before, groups = _clean.threads_now(), c10d_clean.before_entry()
-                _run_entry(word, boot, world, events, send, schedule)
-                if word.check:
-                    check(thorough=False)
+                said = _run_entry(word, boot, world, events, schedule)
+                if word.check and isinstance(said, msg.EntryDone):
+                    said = msg.EntryDone(said.value, checked=look(thorough=False))
+                send(said)
+                if word.check and not isinstance(said, msg.EntryDone):
+                    send(look(thorough=False))
             case msg.Check(thorough):
                 # The entry's gate: control given up (the supervisor heard
                 # its Released before asking), its reader ended or ending.
                 _gate.close()
-                check(thorough)
+                send(look(thorough))
+            case msg.TryGroup():  # every rank clean, the default group not yet shown usable
+                send(msg.Checked(tuple(f"group: {label} {text}"
+                                       for text in c10d_clean.try_default_group(world.world_size))))
             case _:
                 raise RuntimeError(f"the supervisor said {word!r} to a reused world's rank")
 
 
 def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: EventLog,
-               send: Callable[[msg.ToSupervisor], None], schedule: Connection | None) -> None:
+               schedule: Connection | None) -> msg.EntryDone | msg.Failed:
     """One entry of a reused world, in a context of its own: its seed (RNGs
     seeded again), its fault plan (armed now, its hit counts from zero), its
     deadline, its schedule (under control, the entry's task begins at its
     start, as a fresh world's does once it has joined: bring-up and
-    teardown are no steps of it); ``world`` is the context the rank joined with."""
+    teardown are no steps of it); ``world`` is the context the rank joined
+    with. Returns what the supervisor is to hear of it."""
     ctx = RankContext(rank=boot.rank, names=world.names, world_seed=order.seed, workdir=boot.workdir,
                       faults=order.faults, events=events, deadline=order.deadline)
     ctx.device, ctx.world_devices, ctx.progress_sink = world.device, world.world_devices, world.progress_sink
@@ -268,14 +274,13 @@ def _run_entry(order: msg.RunEntry, boot: Boot, world: RankContext, events: Even
         ctx.flush_progress()
         ctx.record_hits()
         events.write("raised", error=one_line(error), phase="entry")
-        send(_failure_message(error, "entry"))
-        return
+        return _failure_message(error, "entry")
     finally:
         for point in patched:
             _callpoints.undo(point)
         activate(world)
     del value
-    send(msg.EntryDone(pickled))
+    return msg.EntryDone(pickled)
 
 
 def _take_device(devices: tuple[str, ...], rank: int) -> torch.device:

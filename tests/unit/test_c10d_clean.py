@@ -1,15 +1,17 @@
 """What a reused collective world's check does with the entry's own
-collectives (rpc_harness.c10d.clean): where every rank's entry ran
-collectives over the default group that all completed, the group has shown
-itself usable and the check runs no collective of its own; otherwise, every
-rank alike tries the group."""
+collectives (rpc_harness.c10d.clean, each rank's look, and
+rpc_harness.c10d.sequence, the supervisor's judgement of every rank's
+word): where every rank's entry ran collectives over the default group
+that all completed, the group has shown itself usable and the check runs
+no collective of its own; otherwise, every rank alike tries the group."""
 
 from __future__ import annotations
 
 import pytest
 import torch.distributed.distributed_c10d as c10d
 
-from rpc_harness.c10d import clean, hooks
+from rpc_harness.c10d import clean, hooks, sequence
+from rpc_harness.c10d.sequence import GroupWord
 
 
 class Group:
@@ -61,33 +63,49 @@ def test_a_default_group_the_entry_made_anew_shows_nothing():
     assert not clean.proven(before(old, (10, 10, 0)), group, (12, 12, 0))
 
 
-@pytest.fixture
-def check(monkeypatch, tallies):
-    """``check(peers_shown)``: this rank's findings (rank 0 of as many as
-    given), its own collectives shown usable or not as the first says, its
-    peers' as the rest say; returns (findings, whether the group was tried)."""
-    group = Group()
+def test_a_ranks_word_says_its_sequence_its_historys_count_and_whether_its_entry_showed_the_group(
+        monkeypatch, tallies):
+    group = Group(sequence=9)
     monkeypatch.setattr(c10d._world, "_default_pg", group)  # what GroupMember.WORLD reads
-    tried = []
-    monkeypatch.setattr(clean, "_try", lambda g, size: tried.append(g) or [])
-
-    def run(shown):
-        tallies["0"] = (11, 11, 0) if shown[0] else (10, 10, 0)
-        words = {rank: (group.sequence, False, said, 11) for rank, said in enumerate(shown)}
-        monkeypatch.setattr(clean, "_exchange", lambda path, rank, size, mine, wait: {**words, 0: mine})
-        found = clean.findings("store", 0, len(shown), before(group, (10, 10, 0)), thorough=False, wait=1.0)
-        return found, bool(tried)
-
-    return run
+    tallies["0"] = (12, 12, 0)
+    assert clean.look(before(group, (10, 10, 0)), thorough=False) == ([], GroupWord(9, 12, True))
+    tallies["0"] = (12, 11, 0)
+    assert clean.look(before(group, (10, 10, 0)), thorough=False) == ([], GroupWord(9, 12, False))
 
 
-def test_a_group_every_rank_showed_usable_is_not_tried_again(check):
-    assert check([True, True, True]) == ([], False)
+def test_a_rank_without_a_default_group_says_so_and_gives_no_word(monkeypatch):
+    monkeypatch.setattr(c10d._world, "_default_pg", None)
+    found, word = clean.look(before(Group(), (0, 0, 0)), thorough=False)
+    assert word is None and [rule for rule, _ in found] == ["group"]
+
+
+def test_a_group_every_rank_showed_usable_is_not_tried_again():
+    assert not sequence.must_try({rank: GroupWord(7, 11, True) for rank in range(3)})
 
 
 @pytest.mark.parametrize("shown", [[False, True, True], [True, True, False]])
-def test_where_any_rank_did_not_show_the_group_usable_every_rank_tries_it(check, shown):
-    assert check(shown) == ([], True)
+def test_where_any_rank_did_not_show_the_group_usable_every_rank_tries_it(shown):
+    assert sequence.must_try({rank: GroupWord(7, 11, said) for rank, said in enumerate(shown)})
+
+
+def test_ranks_at_one_sequence_number_break_no_rule_and_each_rank_behind_or_ahead_is_named():
+    assert sequence.sequence_findings({rank: GroupWord(7, 3, True) for rank in range(3)}) == {}
+    words = {0: GroupWord(7, 3, True), 1: GroupWord(7, 3, True), 2: GroupWord(6, 2, True)}
+    assert sequence.sequence_findings(words) == {
+        0: "is at collective #3 of the default group, but rank 2 at #2",
+        1: "is at collective #3 of the default group, but rank 2 at #2",
+        2: "is at collective #2 of the default group, but rank 0 at #3, rank 1 at #3",
+    }
+
+
+def test_try_default_group_runs_the_checks_collective_over_the_default_group(monkeypatch):
+    group = Group()
+    monkeypatch.setattr(c10d._world, "_default_pg", group)
+    seen = []
+    monkeypatch.setattr(clean.dist, "all_reduce", lambda tensor, group: seen.append(group) or tensor.mul_(3))
+    assert clean.try_default_group(3) == []
+    assert seen == [group]
+    assert clean.try_default_group(2) == ["an all_reduce of ones over the default group gave 3, not 2"]
 
 
 def test_the_checks_own_collective_reaches_no_failpoint_and_no_history(monkeypatch):
@@ -105,7 +123,7 @@ def test_a_rank_behind_is_named_in_the_reports_numbers_or_torchs_where_those_agr
     # ranks' histories do (the entries', not the checks' own all_reduces):
     # the finding says the same numbers, not torch's (outside-user trial: a
     # report said "#4, but rank 1 at #3" beside "rank 0 at all_reduce #3").
-    assert clean._behind(3, 4, {1: (3, False, True, 2), 2: (3, False, True, 2)}) == (
+    assert sequence.behind(GroupWord(4, 3, True), {1: GroupWord(3, 2, True), 2: GroupWord(3, 2, True)}) == (
         "is at collective #3 of the default group, but rank 1 at #2, rank 2 at #2")
-    assert clean._behind(3, 5, {1: (4, False, True, 3), 2: (6, False, True, 3)}) == (
+    assert sequence.behind(GroupWord(5, 3, True), {1: GroupWord(4, 3, True), 2: GroupWord(6, 3, True)}) == (
         "is at sequence number 5 of the default group (torch's), but rank 1 at 4, rank 2 at 6")

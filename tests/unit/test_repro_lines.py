@@ -5,6 +5,8 @@ most of repro.py's lines unchecked.)"""
 
 from __future__ import annotations
 
+import ast
+import enum
 import math
 import pathlib
 
@@ -233,6 +235,33 @@ def test_replaying_swaps_only_the_schedule_for_the_recorded_steps():
 def test_literal_and_plain_values_are_told_apart(value, literal, plain):
     assert R.is_literal(value) is literal
     assert R.plain_data(value) is plain
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Name(str):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    0, -3, 2**200, 1.5, -0.0, 1e300, math.nan, -math.inf, "", "a'b\"c\n", b"\x00", True, None, Colour.RED,
+    Name("x"), [], (), {}, [1, [2, (3, "x")]], {"a": {"b": [1.0, None]}}, {(1, 2): "t"}, [math.nan], (object(),),
+    {"k": Colour.RED}, frozenset({1}), range(3),
+])
+def test_the_quick_answer_of_is_literal_is_what_parsing_its_repr_says(value):
+    # is_literal answers the common types without ast.literal_eval (it is
+    # on every world's path): it must say what the parse would.
+    try:
+        parsed = R._same(ast.literal_eval(repr(value)), value)
+    except (ValueError, SyntaxError):
+        parsed = False
+    assert R.is_literal(value) is parsed
+
+
+def test_an_int_too_long_for_repr_is_no_literal():
+    assert not R.is_literal(10 ** 5000)
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,21 @@ def leaves_a_subgroup(ctx):
 def destroys_the_default_group(ctx):
     dist.destroy_process_group()
     return os.getpid()
+
+
+def breaks_rank_1s_sums(ctx):
+    # No collective of the entry's shows the group usable: the check's own
+    # all_reduce tries it, and rank 1's answer is wrong.
+    if ctx.rank == 1:
+        real = dist.all_reduce
+
+        def doubled(tensor, *args, **kwargs):
+            work = real(tensor, *args, **kwargs)
+            tensor.mul_(2)
+            return work
+
+        dist.all_reduce = doubled
+    return os.getpid()
 """
 
 
@@ -85,6 +100,8 @@ DIRTY = {
         r"\[0, 1\]"]),
     "destroyed group": ("destroys_the_default_group", [
         r"rule group .*: rank 0 \(worker0\) has no default group any more: the entry destroyed it"]),
+    "group that sums wrong": ("breaks_rank_1s_sums", [
+        r"rule group .*: rank 1 \(worker1\) an all_reduce of ones over the default group gave 6, not 3"]),
 }
 
 
