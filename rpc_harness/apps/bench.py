@@ -469,6 +469,62 @@ TORCH_COLLECTIVE_TEST = textwrap.dedent("""
         setattr(AllReduce, f"test_all_reduce_{index}", AllReduce.all_reduce)
 """)
 
+# The floor under a reused world's entry: the same all_reduce, driven the
+# same way (a word down a pipe to each of 4 waiting processes, an answer
+# back), with nothing of the harness's around it. On a machine with fewer
+# cores than ranks gloo's all_reduce is itself slow about half the time.
+BARE_ALL_REDUCE = textwrap.dedent("""
+    import json, os, sys, tempfile, time
+    import multiprocessing as mp
+
+    def rank(r, n, path, conn):
+        import torch, torch.distributed as dist
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", store=dist.FileStore(path, n), rank=r, world_size=n)
+        while conn.recv():
+            tensor = torch.ones(4) * r
+            dist.all_reduce(tensor)
+            assert tensor.tolist() == [6.0] * 4
+            conn.send(True)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        n, repeat = 4, int(os.environ["BENCH_REPEAT"])
+        pipes = [mp.Pipe() for _ in range(n)]
+        with tempfile.TemporaryDirectory() as folder:
+            ranks = [mp.get_context("forkserver").Process(target=rank, args=(r, n, os.path.join(folder, "store"),
+                                                                                pipes[r][1])) for r in range(n)]
+            for process in ranks:
+                process.start()
+            times = []
+            for _ in range(repeat + 1):  # the first (the group's first collective) apart
+                started = time.perf_counter()
+                for mine, _ in pipes:
+                    mine.send(True)
+                assert all(mine.recv() for mine, _ in pipes)
+                times.append(time.perf_counter() - started)
+            for mine, _ in pipes:
+                mine.send(False)
+            for process in ranks:
+                process.join(60)
+        with open(os.environ["BENCH_OUT"], "w") as file:
+            json.dump({"times": times[1:]}, file)
+""")
+
+
+def bare_all_reduce(repeat: int) -> list[float]:
+    """Round trips of the bare loop above (seconds)."""
+    with tempfile.TemporaryDirectory(prefix="rpc-bench-") as folder:
+        script, out = os.path.join(folder, "bare.py"), os.path.join(folder, "times.json")
+        with open(script, "w") as file:
+            file.write(BARE_ALL_REDUCE)
+        done = subprocess.run([sys.executable, script], cwd=folder, capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, BENCH_REPEAT=str(repeat), BENCH_OUT=out))
+        if done.returncode != 0:
+            raise RuntimeError(f"the bare all_reduce loop failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        with open(out) as file:
+            return json.load(file)["times"]
+
 
 def collective_worlds(repeat: int, torch_repeat: int) -> dict[str, Any]:
     """Issue 39's speed row: the 4-rank gloo all_reduce test in a fresh
@@ -476,15 +532,17 @@ def collective_worlds(repeat: int, torch_repeat: int) -> dict[str, Any]:
     ``MultiProcessTestCase``, measured in this run: medians and ratios."""
     ours = timed_session("test_collective_entries.py", COLLECTIVE_TEST, repeat)
     theirs = timed_session("test_torch_all_reduce.py", TORCH_COLLECTIVE_TEST, torch_repeat)
+    bare = bare_all_reduce(max(repeat, 10))
     fresh, reused = statistics.median(ours["fresh"]), statistics.median(ours["reused"])
     torch_test = statistics.median(theirs["times"])
     consecutive = statistics.median(ours["consecutive"])
     row = {"fresh_median_s": fresh, "reused_median_s": reused, "first_s": ours["first"], "runs": len(ours["fresh"]),
-           "consecutive_median_s": consecutive,
+           "consecutive_median_s": consecutive, "bare_median_s": statistics.median(bare), "bare_runs": len(bare),
            "torch_median_s": torch_test, "torch_runs": len(theirs["times"]),
            "torch_over_fresh": torch_test / fresh, "torch_over_reused": torch_test / reused}
     print(f"  4-rank gloo all_reduce test: fresh world {fresh:.3f} s, reused world's entry {reused * 1000:.1f} ms "
-          f"(each after a fresh world; one after another {consecutive * 1000:.1f} ms), torch's MultiProcessTestCase "
+          f"(each after a fresh world; one after another {consecutive * 1000:.1f} ms; the all_reduce alone, "
+          f"in a bare loop of 4 processes, {row['bare_median_s'] * 1000:.1f} ms), torch's MultiProcessTestCase "
           f"{torch_test:.2f} s ({row['torch_over_fresh']:.0f}x / {row['torch_over_reused']:.0f}x)", flush=True)
     return row
 
@@ -966,6 +1024,9 @@ def table(figures: dict[str, Any]) -> str:
         if "consecutive_median_s" in coll:
             lines.append(f"| the same entries one after another, as a module's tests run them (median) | "
                          f"{coll['consecutive_median_s'] * 1000:.1f} ms | | |")
+        if "bare_median_s" in coll:
+            lines.append(f"| its all_reduce alone, in a bare loop of 4 processes (no harness: a word down a pipe to "
+                         f"each, an answer back; median) | {coll['bare_median_s'] * 1000:.1f} ms | | |")
     for row in figures.get("bring_up", []):
         lines.append(f"| memory at {row['world_size']} ranks: per rank PSS / USS (median), world PSS | "
                      f"{row['pss_mb']:.0f} / {row['uss_mb']:.0f} MB, {row['world_pss_gb']:.2f} GB | | |")

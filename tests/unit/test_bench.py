@@ -139,7 +139,7 @@ def test_the_table_quotes_the_collective_worlds_against_torchs_multiprocesstestc
     from rpc_harness.apps.bench import table
 
     figures = {"collectives": {"fresh_median_s": 0.12, "reused_median_s": 0.004, "first_s": 2.0, "runs": 30,
-                               "consecutive_median_s": 0.0031,
+                               "consecutive_median_s": 0.0031, "bare_median_s": 0.0012, "bare_runs": 30,
                                "torch_median_s": 6.0, "torch_runs": 5, "torch_over_fresh": 50.0,
                                "torch_over_reused": 1500.0}}
     text = table(figures)
@@ -148,6 +148,8 @@ def test_the_table_quotes_the_collective_worlds_against_torchs_multiprocesstestc
     assert ("| the same test as an entry in a reused collective world (rpc_world_module), each after a fresh "
             "world / under MultiProcessTestCase (median) | 4.0 ms | 6.00 s | 1500x |") in text
     assert "| the same entries one after another, as a module's tests run them (median) | 3.1 ms | | |" in text
+    assert ("| its all_reduce alone, in a bare loop of 4 processes (no harness: a word down a pipe to each, an "
+            "answer back; median) | 1.2 ms | | |") in text
 
 
 def test_the_table_quotes_schedules_per_second_reused_against_fresh():
