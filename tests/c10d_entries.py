@@ -204,6 +204,21 @@ def disagreeing(ctx):
     leave_group()
 
 
+def raises_before_its_all_reduce(ctx):
+    """Rank 1 raises before the all-reduce its peers wait in."""
+    join_group(ctx)
+    if ctx.rank == 1:
+        raise ValueError("rank 1's own mistake")
+    dist.all_reduce(torch.ones(2))
+
+
+def raises_before_the_worlds_all_reduce(ctx):
+    """The same in a world whose group the harness made (process_group="gloo")."""
+    if ctx.rank == 1:
+        raise ValueError("rank 1's own mistake")
+    dist.all_reduce(torch.ones(2), group=ctx.group)
+
+
 def one_short(ctx):
     """Three all-reduces on every rank but the last, which does two and returns."""
     join_group(ctx)

@@ -1116,6 +1116,19 @@ BUGS = (
         "    return not all(word.shown_usable for word in words.values())",
         "    return not any(word.shown_usable for word in words.values())",
         ("tests/unit/test_c10d_clean.py::test_where_any_rank_did_not_show_the_group_usable_every_rank_tries_it",)),
+    Bug("a rank the harness killed as the world ended is taken for a death", "rpc_harness/_parent/supervisor.py",
+        "            if other.rank == rank or other.rank in self.killed:", "            if other.rank == rank:",
+        ("tests/unit/test_collective_supervisor.py::test_a_rank_the_harness_killed_as_the_world_ended_explains_no_failure",)),
+    Bug("a peer cut off in its collective after another rank raised is reported as its own failure",
+        "rpc_harness/_parent/supervisor.py",
+        "        if dead is None and peer_left and self.first_raised not in (None, rank):", "        if False:",
+        ("tests/unit/test_collective_supervisor.py::test_a_peer_cut_off_after_another_rank_raised_is_stopped_by_that_rank",
+         "tests/world/test_c10d_reports.py::"
+         "test_a_rank_that_raised_is_the_failure_and_its_peers_cut_off_in_their_collective_are_its_consequence")),
+    Bug("an entry's own group is not taken for a collective world on gloo's word", "rpc_harness/_parent/supervisor.py",
+        "        if skipped or not (self.collective or peer_left):", "        if skipped or not self.collective:",
+        ("tests/unit/test_collective_supervisor.py::"
+         "test_a_collective_of_a_group_the_entry_made_itself_fails_of_a_planned_kill_as_the_worlds_would",)),
     Bug("39 a rank silent when asked for its stacks is said inside its collective", "rpc_harness/_parent/supervisor.py",
         "        self.unwritten.update(silent)\n", "",
         ("tests/unit/test_collective_supervisor.py::"

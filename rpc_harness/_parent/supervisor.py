@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import re
 import signal
 import sys
 import time
@@ -92,6 +93,8 @@ class Supervisor:
         # histories may lack the completions of their last ops (see c10d.hooks.flush).
         self.unwritten: set[int] = set()
         self.hearing: set[int] = set()  # ranks whose messages are being heard (see _dead_peer)
+        self.first_raised: int | None = None  # the first rank whose entry raised (see _first_dead_peer)
+        self.killed: set[int] = set()  # ranks the harness itself SIGKILLed as the world ended (kill_all)
         schedule = spec.options.schedule_spec
         self.schedule_label = schedule.label
         self.link = ScheduleLink(schedule, spec.seed, len(spec.names), time.time) if schedule.controlled else None
@@ -220,12 +223,14 @@ class Supervisor:
                     self.link.rank_gone(rank, frozen=True)
                 if self.collective:
                     self._end_collective(outcome, "was frozen by the fault plan")
-            case msg.Failed(phase, error, text, pickled, skipped) if (dead := self._dead_peer(rank, skipped)):
+            case msg.Failed(phase, error, text, pickled, skipped) if (dead := self._dead_peer(rank, skipped, error)):
                 self._end_collective(*dead)
                 outcome.stopped_because = f"{self.ended_by} (it had raised: {error})"
                 self.stopped_by_death.add(rank)
             case msg.Failed(phase, error, text, pickled, skipped):
                 outcome.status = R.SKIPPED if skipped else R.RAISED
+                if not skipped and self.first_raised is None:
+                    self.first_raised = rank
                 outcome.phase = {"starting": "start-up", "result": "entry"}.get(phase, phase)
                 outcome.error = error
                 outcome.traceback = text
@@ -316,25 +321,34 @@ class Supervisor:
                     _signal(self.procs[rank].pid, signal.SIGKILL)
                     self.unwritten.add(rank)
 
-    def _dead_peer(self, rank: int, skipped: bool) -> tuple[RankOutcome, str] | None:
+    def _dead_peer(self, rank: int, skipped: bool, error: str = "") -> tuple[RankOutcome, str] | None:
         """A peer whose death ``rank``'s failure in a collective world came
         after (and what happened to it), or None. A planned kill is known
         before its SIGKILL (the rank writes its fault event first); another
         death, once its process has ended (its sockets close as it exits,
         before it is a zombie): both before any peer's collective can fail
-        of it, and before its exit reaches this supervisor."""
-        if not self.collective or skipped:
+        of it, and before its exit reaches this supervisor. Where no death
+        explains it, a failure that says a peer's connection went (``error``)
+        after another rank's entry raised is that rank's doing: the world
+        is stopped once a rank fails, and its collectives with it. (The
+        error also marks a world whose entry made its own group, which the
+        supervisor is not told of, as collective.)"""
+        peer_left = bool(_PEER_LEFT.search(error))
+        if skipped or not (self.collective or peer_left):
             return None
         self.hearing.add(rank)
         try:
-            return self._first_dead_peer(rank)
+            dead = self._first_dead_peer(rank)
         finally:
             self.hearing.discard(rank)
+        if dead is None and peer_left and self.first_raised not in (None, rank):
+            return self.outcomes[self.first_raised], "raised"  # type: ignore[index]
+        return dead
 
     def _first_dead_peer(self, rank: int) -> tuple[RankOutcome, str] | None:
         for other in self.outcomes:
-            if other.rank == rank:
-                continue
+            if other.rank == rank or other.rank in self.killed:
+                continue  # (a rank the harness killed as the world ended explains no failure)
             if other.rank in self.running and _process_ended(self.procs[other.rank].pid):
                 # Its last words first: a peer that raised of the same death and
                 # exited, its failure still unread, is a survivor, not the dead.
@@ -550,6 +564,7 @@ class Supervisor:
 
     def kill_all(self) -> None:
         """SIGKILL every rank still running and reap it. Idempotent."""
+        self.killed.update(self.running)
         for rank in sorted(self.running):
             _signal(self.procs[rank].pid, signal.SIGKILL)
         for rank in sorted(self.running):
@@ -706,6 +721,14 @@ def _called_from_its_code(outcome: RankOutcome) -> bool:
         if event.get("kind") == "rpc_begin" and event.get("tid") == start.get("tid"):
             return True
     return False
+
+
+# What a rank's collective says when a peer's process has gone (torch 2.13:
+# gloo's "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer",
+# "Read error ...: Connection reset by peer", a write's "Broken pipe";
+# NCCL's "remote process exited").
+_PEER_LEFT = re.compile(r"gloo/transport\S* .*(?:Connection (?:closed|reset) by peer|Broken pipe)"
+                        r"|NCCL.*remote process exited")
 
 
 def _process_ended(pid: int | None) -> bool:

@@ -19,6 +19,7 @@ import pytest
 
 from rpc_harness import _messages as msg
 from rpc_harness import result as R
+from rpc_harness._parent import supervisor as supervisor_module
 from rpc_harness._parent.supervisor import Supervisor
 from rpc_harness._rank.boot import rank_file
 from rpc_harness.events import FaultFired
@@ -105,13 +106,63 @@ def test_a_rank_its_own_plan_is_killing_is_left_to_that_kill_when_another_rank_e
     assert 2 not in supervisor.stopped_by_death and supervisor.outcomes[2].stopped_because == ""
 
 
-@pytest.mark.parametrize("options", [{"process_group": "gloo"}, {}], ids=["no kill", "not collective"])
-def test_a_failure_is_a_failure_without_a_planned_kill_or_in_an_rpc_world(tmp_path, options):
+# What an RPC to a dead peer raises (TensorPipe, torch 2.13).
+RPC_TO_THE_DEAD = "RuntimeError: ECONNREFUSED: connection refused"
+
+
+@pytest.mark.parametrize(("options", "error"), [({"process_group": "gloo"}, CLOSED), ({}, RPC_TO_THE_DEAD)],
+                         ids=["no kill", "not collective"])
+def test_a_failure_is_a_failure_without_a_planned_kill_or_in_an_rpc_world(tmp_path, options, error):
     supervisor = _supervisor(tmp_path, **options)
     if not options:
         _killed_by_the_plan(tmp_path, 2)  # an RPC world's survivors may handle a dead peer: their failures count
-    supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    supervisor.on_message(0, msg.Failed("entry", error, "traceback"))
     assert supervisor.outcomes[0].status == R.RAISED
+
+
+def test_a_collective_of_a_group_the_entry_made_itself_fails_of_a_planned_kill_as_the_worlds_would(tmp_path):
+    # The supervisor is not told of an entry's own group (run_world, no
+    # process_group): gloo's error says the rank was in a collective.
+    supervisor = _supervisor(tmp_path)
+    _killed_by_the_plan(tmp_path, 2)
+    supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    assert supervisor.outcomes[0].status == R.STOPPED
+    assert supervisor.outcomes[0].stopped_because.startswith("rank 2 (worker2) was killed by the fault plan")
+
+
+def test_a_peer_cut_off_after_another_rank_raised_is_stopped_by_that_rank(tmp_path):
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    supervisor.on_message(1, msg.Failed("entry", "ValueError: rank 1's own mistake", "traceback"))
+    supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    assert [o.status for o in supervisor.outcomes] == [R.STOPPED, R.RAISED, R.STOPPED]
+    assert supervisor.ended_by == "rank 1 (worker1) raised, and a collective world cannot go on without one of its ranks"
+    assert supervisor.outcomes[0].stopped_because == f"{supervisor.ended_by} (it had raised: {CLOSED})"
+
+
+def test_a_peers_own_error_after_another_rank_raised_is_its_own_failure(tmp_path):
+    # Every rank's assert failing at once: each failure is its own.
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    supervisor.on_message(1, msg.Failed("entry", "AssertionError: loss is nan", "traceback"))
+    supervisor.on_message(0, msg.Failed("entry", "AssertionError: loss is nan", "traceback"))
+    assert [o.status for o in supervisor.outcomes[:2]] == [R.RAISED, R.RAISED]
+
+
+@pytest.mark.parametrize("killed_by_the_harness", [True, False])
+def test_a_rank_the_harness_killed_as_the_world_ended_explains_no_failure(tmp_path, monkeypatch,
+                                                                          killed_by_the_harness):
+    # The harness SIGKILLs every rank as it ends a failed world: a peer's
+    # collective cut off by that is no sign of a death (the report once
+    # said "rank 0 died" of a rank it had killed itself).
+    supervisor = _supervisor(tmp_path, process_group="gloo", rpc=False)
+    supervisor.procs[2] = SimpleNamespace(pid=1002)
+    monkeypatch.setattr(supervisor_module, "_process_ended", lambda pid: pid == 1002)  # rank 2's process is gone
+    if killed_by_the_harness:
+        supervisor.killed = {2}
+    supervisor.on_message(0, msg.Failed("entry", CLOSED, "traceback"))
+    if killed_by_the_harness:
+        assert supervisor.ended_by == "" and supervisor.outcomes[0].status == R.RAISED
+    else:
+        assert supervisor.ended_by.startswith("rank 2 (worker2) died")
 
 
 def test_a_rank_that_does_not_answer_for_its_stacks_has_its_completions_unwritten(tmp_path, monkeypatch):

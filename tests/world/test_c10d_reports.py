@@ -5,6 +5,7 @@ histories the ranks wrote as they went (the one a kill ended included)."""
 from __future__ import annotations
 
 import c10d_entries
+import pytest
 
 import rpc_harness
 
@@ -47,3 +48,25 @@ def test_a_world_hung_outside_its_collectives_says_every_rank_completed_its_last
                                    faults="hang:worker0@test.after,hang:worker1@test.after")
     assert result.timed_out
     assert result.collectives == ["every rank completed all_reduce #2 (float32 [4]), its last collective"]
+
+
+@pytest.mark.parametrize("group", ["the entry's own", "the world's"])
+def test_a_rank_that_raised_is_the_failure_and_its_peers_cut_off_in_their_collective_are_its_consequence(group):
+    # Its peers' all-reduce fails as the world is stopped ("Connection
+    # closed by peer"): that is not their failure, nor a death (outside-user
+    # trial: the report said "2 of 3 ranks failed" and "rank 0 died").
+    if group == "the world's":
+        result = rpc_harness.run_world(c10d_entries.raises_before_the_worlds_all_reduce, world_size=3, deadline=30,
+                                       check=False, process_group="gloo", rpc=False)
+    else:
+        result = rpc_harness.run_world(c10d_entries.raises_before_its_all_reduce, world_size=3, deadline=30,
+                                       check=False)
+    assert [o.rank for o in result.ranks if o.failed] == [1]
+    assert result[1].error == "ValueError: rank 1's own mistake"
+    cause = "rank 1 (worker1) raised, and a collective world cannot go on without one of its ranks"
+    assert result.ended_by == cause
+    for peer in (result[0], result[2]):
+        assert peer.status == "stopped"
+        assert peer.stopped_because.startswith(cause)
+    assert "1 of 3 ranks failed" in result.report().splitlines()[0]
+    assert "died" not in result.report()
