@@ -154,7 +154,10 @@ class ProgressBar:
             parts.append("[" + "#" * filled + "-" * (width - filled) + "]")
             done = sum(d for d, _ in self._counts.values())
             total = sum(t for _, t in self._counts.values())
-            parts.append(f"{done}/{total} {self.unit}")
+            # Summed over the ranks that report: said so, or a data-parallel
+            # world's 6 steps on 2 ranks read as 12 (outside-user trial).
+            over = f" over {len(self._counts)} ranks" if len(self._counts) > 1 else ""
+            parts.append(f"{done}/{total} {self.unit}{over}")
         parts.append(f"{time.monotonic() - self.started:.1f}s")
         parts.append(self.stage)
         return "  ".join(parts + metrics)

@@ -57,7 +57,7 @@ def test_lines_mode_prints_each_quarter_once_and_the_verdict_last():
     bar.finish("ok")
     lines = out.getvalue().splitlines()
     assert [line.split("]")[1].split()[0] for line in lines] == ["2/8", "4/8", "6/8", "8/8"]
-    assert lines[-1].startswith("  ps w3  [########################]  8/8 batches  ")
+    assert lines[-1].startswith("  ps w3  [########################]  8/8 batches over 2 ranks  ")
     assert lines[-1].endswith("  ok  loss 0.125")
     assert "\r" not in out.getvalue()
 
@@ -69,7 +69,13 @@ def test_the_bar_sums_ranks_and_keeps_each_ranks_latest_count():
     bar(_update(2, 1, 4))
     bar(_update(1, 4, 4))
     assert bar.fraction == pytest.approx(5 / 8)
-    assert "5/8 batches" in bar.line()
+    assert "5/8 batches over 2 ranks" in bar.line()
+
+
+def test_one_ranks_count_is_its_own():
+    bar = ProgressBar("rl", io.StringIO(), live=False)
+    bar(_update(0, 3, 4, "episodes"))
+    assert "3/4 episodes  " in bar.line()
 
 
 def test_live_mode_redraws_in_place_and_its_ticker_stops_at_finish(monkeypatch):
