@@ -7,13 +7,18 @@ folder, whole up to a SIGKILL). When a world hangs, runs out of time or
 loses a rank, :func:`where_ranks_are` turns them into lines a person can
 act on, one process group at a time::
 
-    rank 2 at all_reduce #7 (float32 [16]); ranks 0, 1, 3 at broadcast #7 (float32 [16])
-    rank 3 never entered collective #12 (its last: all_reduce #11, completed)
-    ranks disagree on the shape of all_gather #4: [8] on rank 0, [16] on rank 1
+    rank 2 at broadcast#3 (collective #7, float32 [16]); ranks 0, 1, 3 at all_reduce#4 (collective #7, float32 [16])
+    rank 3 never entered collective #12 (its last: all_reduce#5, collective #11, completed)
+    ranks disagree on the shape of all_gather#2 (collective #4): [8] on rank 0, [16] on rank 1
 
-``#N`` numbers a group's collectives as every member enters them, in one
-order (the default group's from 1, each subgroup's from 1); point-to-point
-ops are numbered apart, per group.
+``collective #N`` numbers a group's collectives as every member enters
+them, in one order, every op counted (the default group's from 1, each
+subgroup's from 1); point-to-point ops are numbered apart, per group.
+``OP#K`` counts that op alone in the group, as a fault plan's failpoint
+``c10d.OP:GROUP#K`` does (and ``c10d.OP#K``, where no other group ran
+it): a report of a world killed at ``c10d.all_reduce#3`` names
+``all_reduce#3`` (outside-user trial: "all_reduce #7" read as the seventh
+all-reduce).
 """
 
 from __future__ import annotations
@@ -43,9 +48,12 @@ class Entered:
     peer: int | None = None
     done: bool = False
     error: str | None = None
+    nth: int = 0  # which of the group's ops of its kind it is (from 1), as failpoints count
 
-    def describe(self) -> str:
-        return f"{self.op} #{self.seq}" + (f" ({self.tensors})" if self.tensors else "")
+    def describe(self, *, tensors: bool = True) -> str:
+        """``all_reduce#3 (collective #7, float32 [16])``."""
+        where = f"{'point-to-point' if self.p2p else 'collective'} #{self.seq}"
+        return f"{self.op}#{self.nth} ({where}" + (f", {self.tensors}" if tensors and self.tensors else "") + ")"
 
 
 @dataclass
@@ -72,14 +80,17 @@ def history_path(workdir: str, rank: int) -> str:
 def read_history(workdir: str, rank: int) -> RankHistory:
     """One rank's history (empty where it entered no collective)."""
     history = RankHistory(rank)
+    counts: dict[tuple[str, bool, str], int] = {}  # (group, point-to-point?, op) -> entered so far
     for line in read_event_lines(history_path(workdir, rank)):
         kind = line.get("k")
         if kind == "group":
             history.groups[line["g"]] = (line.get("desc") or "", line.get("ranks"))
         elif kind == "enter":
             key = (line["g"], bool(line["p2p"]), line["n"])
+            kind = (line["g"], bool(line["p2p"]), line["op"])
+            counts[kind] = counts.get(kind, 0) + 1
             history.ops[key] = Entered(line["g"], line["n"], line["op"], bool(line["p2p"]), line.get("x", ""),
-                                       line.get("peer"))
+                                       line.get("peer"), nth=counts[kind])
         elif kind == "done":
             entered = history.ops.get((line["g"], bool(line["p2p"]), line["n"]))
             if entered is not None:
@@ -126,28 +137,27 @@ def _where(histories: list[RankHistory], group: str) -> list[str]:
     if not any(lasts.values()):
         return []
     top = max(e.seq for e in lasts.values() if e is not None)
-    at_top: dict[tuple[str, str], list[int]] = {}
+    at_top: dict[str, list[int]] = {}  # each way a member described the op at the top -> those members
     for rank, last in lasts.items():
         if last is not None and last.seq == top:
-            at_top.setdefault((last.op, last.tensors), []).append(rank)
+            at_top.setdefault(last.describe(), []).append(rank)
     behind = {rank: last for rank, last in lasts.items() if last is None or last.seq < top}
     lines = []
     if len(at_top) > 1 or behind:
-        parts = [f"{_ranks(ranks)} at {op} #{top}" + (f" ({tensors})" if tensors else "")
-                 for (op, tensors), ranks in sorted(at_top.items(), key=lambda item: (len(item[1]), item[1]))]
+        parts = [f"{_ranks(ranks)} at {what}"
+                 for what, ranks in sorted(at_top.items(), key=lambda item: (len(item[1]), item[1]))]
         lines.append("; ".join(parts))
     by_last: dict[tuple, list[int]] = {}
     for rank, last in behind.items():
-        key = (last.op, last.seq, _state(last, unwritten[rank])) if last is not None else ()
+        key = (last.describe(tensors=False)[:-1], _state(last, unwritten[rank])) if last is not None else ()
         by_last.setdefault(key, []).append(rank)
     for key, ranks in sorted(by_last.items(), key=lambda item: item[1]):
         their = "its" if len(ranks) == 1 else "their"
-        last = f"{their} last: {key[0]} #{key[1]}, {key[2]}" if key else (
+        last = f"{their} last: {key[0].replace(' (', ', ')}, {key[1]}" if key else (
             f"{'it' if len(ranks) == 1 else 'they'} entered none")
         lines.append(f"{_ranks(ranks)} never entered collective #{top} ({last})")
     if len(at_top) == 1 and not behind:
-        [((op, tensors), ranks)] = at_top.items()
-        what = f"{op} #{top}" + (f" ({tensors})" if tensors else "")
+        [(what, ranks)] = at_top.items()
         states: dict[str, list[int]] = {}
         for rank in ranks:
             states.setdefault(_state(lasts[rank], unwritten[rank]), []).append(rank)  # type: ignore[arg-type]
@@ -191,7 +201,8 @@ def _disagreement(histories: list[RankHistory], group: str) -> list[str]:
                     by_value.setdefault(value, []).append(rank)
                 joint = "; " if any("," in value for value in by_value) else ", "  # multi-tensor values hold commas
                 parts = joint.join(f"{value} on {_ranks(ranks)}" for value, ranks in by_value.items())
-                return [f"ranks disagree on the {what} of {op} #{key[2]}: {parts}"]
+                return [f"ranks disagree on the {what} of {next(iter(entered.values())).describe(tensors=False)}: "
+                        f"{parts}"]
     return []
 
 
@@ -204,8 +215,8 @@ def _pending_p2p(histories: list[RankHistory], group: str) -> list[str]:
             state = UNWRITTEN if history.unwritten else "not completed"
             way = "to" if last.op in ("send", "isend") else "from"
             peer = f" {way} rank {last.peer}" if last.peer is not None else ""
-            lines.append(f"rank {history.rank} in {last.op} #{last.seq}{peer}"
-                         + (f" ({last.tensors})" if last.tensors else "") + f", {state}")
+            lines.append(f"rank {history.rank} in {last.op}#{last.nth}{peer} (point-to-point #{last.seq}"
+                         + (f", {last.tensors}" if last.tensors else "") + f"), {state}")
     return lines
 
 

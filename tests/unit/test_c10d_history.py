@@ -36,7 +36,7 @@ def test_ranks_at_different_ops_of_one_number_are_named_with_each_op(world, tmp_
         run(history, [("all_reduce", "float32 [16]")] * 6)
         run(history, [("all_reduce" if rank == 2 else "broadcast", "float32 [16]")], complete=False)
     assert where_ranks_are(str(tmp_path), 4) == [
-        "rank 2 at all_reduce #7 (float32 [16]); ranks 0, 1, 3 at broadcast #7 (float32 [16])"]
+        "rank 2 at all_reduce#7 (collective #7, float32 [16]); ranks 0, 1, 3 at broadcast#1 (collective #7, float32 [16])"]
 
 
 def test_a_rank_behind_the_others_never_entered_their_collective(world, tmp_path):
@@ -46,15 +46,28 @@ def test_a_rank_behind_the_others_never_entered_their_collective(world, tmp_path
         if rank != 3:
             run(history, [("all_reduce", "float32 [4]")], complete=False)
     assert where_ranks_are(str(tmp_path), 4) == [
-        "ranks 0-2 at all_reduce #12 (float32 [4])",
-        "rank 3 never entered collective #12 (its last: all_reduce #11, completed)"]
+        "ranks 0-2 at all_reduce#12 (collective #12, float32 [4])",
+        "rank 3 never entered collective #12 (its last: all_reduce#11, collective #11, completed)"]
+
+
+def test_each_op_is_counted_apart_in_its_group_as_a_fault_plan_counts_it(world, tmp_path):
+    # A plan's c10d.all_reduce#3 is the third all_reduce: the report names
+    # it so beside the group's own number (outside-user trial: "#7" read as
+    # the seventh all_reduce).
+    ranks = world(2)
+    for rank, history in enumerate(ranks):
+        run(history, [("broadcast", "float32 [4]"), ("all_reduce", "float32 [4]")] * 2)
+        run(history, [("broadcast", "float32 [4]")])
+        run(history, [("all_reduce", "float32 [4]")], complete=rank == 0)
+    assert where_ranks_are(str(tmp_path), 2) == [
+        "every rank at all_reduce#3 (collective #6, float32 [4]); not completed on rank 1, completed on rank 0"]
 
 
 def test_a_rank_that_entered_no_collective_says_so(world, tmp_path):
     ranks = world(2)
     run(ranks[0], [("barrier", "")], complete=False)
     assert where_ranks_are(str(tmp_path), 2) == [
-        "rank 0 at barrier #1", "rank 1 never entered collective #1 (it entered none)"]
+        "rank 0 at barrier#1 (collective #1)", "rank 1 never entered collective #1 (it entered none)"]
 
 
 def test_ranks_that_disagree_on_a_shape_are_named_with_theirs(world, tmp_path):
@@ -63,8 +76,8 @@ def test_ranks_that_disagree_on_a_shape_are_named_with_theirs(world, tmp_path):
         run(history, [("all_reduce", "float32 [4]")] * 3)
         run(history, [("all_gather", f"float32 [{8 * (rank + 1)}]")], complete=False)
     assert where_ranks_are(str(tmp_path), 2) == [
-        "ranks disagree on the shape of all_gather #4: [8] on rank 0, [16] on rank 1",
-        "rank 0 at all_gather #4 (float32 [8]); rank 1 at all_gather #4 (float32 [16])"]
+        "ranks disagree on the shape of all_gather#1 (collective #4): [8] on rank 0, [16] on rank 1",
+        "rank 0 at all_gather#1 (collective #4, float32 [8]); rank 1 at all_gather#1 (collective #4, float32 [16])"]
 
 
 def test_ranks_that_disagree_on_a_dtype_are_named_with_theirs(world, tmp_path):
@@ -72,7 +85,8 @@ def test_ranks_that_disagree_on_a_dtype_are_named_with_theirs(world, tmp_path):
     for rank, history in enumerate(ranks):
         run(history, [("broadcast", f"{'float64' if rank == 1 else 'float32'} [2, 8], float32 [8]")])
     assert where_ranks_are(str(tmp_path), 3)[0] == (
-        "ranks disagree on the dtype of broadcast #1: float32, float32 on ranks 0, 2; float64, float32 on rank 1")
+        "ranks disagree on the dtype of broadcast#1 (collective #1): float32, float32 on ranks 0, 2; float64, float32 "
+        "on rank 1")
 
 
 def test_an_all_to_all_may_differ_in_shape(world, tmp_path):
@@ -85,7 +99,8 @@ def test_an_all_to_all_may_differ_in_shape(world, tmp_path):
 def test_ranks_that_all_completed_their_last_collective_say_so(world, tmp_path):
     for history in world(2):
         run(history, [("all_reduce", "float32 [4]")] * 2)
-    assert where_ranks_are(str(tmp_path), 2) == ["every rank completed all_reduce #2 (float32 [4]), its last collective"]
+    assert where_ranks_are(str(tmp_path), 2) == [
+        "every rank completed all_reduce#2 (collective #2, float32 [4]), its last collective"]
 
 
 def test_ranks_inside_one_collective_say_which_completed_it(world, tmp_path):
@@ -93,7 +108,7 @@ def test_ranks_inside_one_collective_say_which_completed_it(world, tmp_path):
     for rank, history in enumerate(ranks):
         run(history, [("all_reduce", "float32 [4]")], complete=rank == 0)
     assert where_ranks_are(str(tmp_path), 3) == [
-        "every rank at all_reduce #1 (float32 [4]); not completed on ranks 1, 2, completed on rank 0"]
+        "every rank at all_reduce#1 (collective #1, float32 [4]); not completed on ranks 1, 2, completed on rank 0"]
 
 
 def test_a_rank_stopped_before_it_wrote_its_completions_is_not_said_to_be_inside_its_op(world, tmp_path):
@@ -104,10 +119,10 @@ def test_a_rank_stopped_before_it_wrote_its_completions_is_not_said_to_be_inside
     for rank, history in enumerate(ranks):
         run(history, [("all_reduce", "float32 [4]")], complete=rank == 2)
     assert where_ranks_are(str(tmp_path), 3, unwritten={0}) == [
-        "every rank at all_reduce #1 (float32 [4]); not completed on rank 1, "
+        "every rank at all_reduce#1 (collective #1, float32 [4]); not completed on rank 1, "
         "completion not written (stopped first, or stuck before it could) on rank 0, completed on rank 2"]
     assert where_ranks_are(str(tmp_path), 3, unwritten={2}) == [
-        "every rank at all_reduce #1 (float32 [4]); not completed on ranks 0, 1, completed on rank 2"]
+        "every rank at all_reduce#1 (collective #1, float32 [4]); not completed on ranks 0, 1, completed on rank 2"]
 
 
 def test_a_subgroup_is_numbered_and_named_apart(world, tmp_path):
@@ -117,9 +132,9 @@ def test_a_subgroup_is_numbered_and_named_apart(world, tmp_path):
         history.group("1", "tp", [0, 1])
         run(history, [("all_reduce", "float32 [2]")] * (1 if rank else 2), group="1")
     assert where_ranks_are(str(tmp_path), 2) == [
-        "every rank completed all_reduce #3 (float32 [4]), its last collective",
-        "group 1 (tp): rank 0 at all_reduce #2 (float32 [2])",
-        "group 1 (tp): rank 1 never entered collective #2 (its last: all_reduce #1, completed)"]
+        "every rank completed all_reduce#3 (collective #3, float32 [4]), its last collective",
+        "group 1 (tp): rank 0 at all_reduce#2 (collective #2, float32 [2])",
+        "group 1 (tp): rank 1 never entered collective #2 (its last: all_reduce#1, collective #1, completed)"]
 
 
 def test_a_point_to_point_op_never_completed_is_named_with_its_peer(world, tmp_path):
@@ -127,7 +142,8 @@ def test_a_point_to_point_op_never_completed_is_named_with_its_peer(world, tmp_p
     run(ranks[0], [("barrier", "")])
     run(ranks[1], [("barrier", "")])
     ranks[1].enter("0", "recv", True, "float32 [4]", 0)
-    assert where_ranks_are(str(tmp_path), 2)[-1] == "rank 1 in recv #1 from rank 0 (float32 [4]), not completed"
+    assert where_ranks_are(str(tmp_path), 2)[-1] == (
+        "rank 1 in recv#1 from rank 0 (point-to-point #1, float32 [4]), not completed")
 
 
 def test_a_history_cut_by_a_kill_reads_up_to_its_last_whole_line(world, tmp_path):
@@ -138,7 +154,8 @@ def test_a_history_cut_by_a_kill_reads_up_to_its_last_whole_line(world, tmp_path
         end = data.index(b"\x00")
         file.seek(end)
         file.write(b'{"t": 1.0, "k": "done", "g": "0", "n"')
-    assert [e.describe() for e in read_history(str(tmp_path), 0).ops.values()] == ["all_reduce #1 (float32 [4])"]
+    assert [e.describe() for e in read_history(str(tmp_path), 0).ops.values()] == [
+        "all_reduce#1 (collective #1, float32 [4])"]
     assert not read_history(str(tmp_path), 0).ops[("0", False, 1)].done
 
 
@@ -155,7 +172,8 @@ def test_an_op_that_failed_on_a_rank_is_not_said_to_have_completed_there(world, 
         elif rank == 2:
             history.done("0", seq, False)
     assert where_ranks_are(str(tmp_path), 3) == [
-        "every rank at all_reduce #1 (float32 [4]); not completed on rank 0, failed on rank 1, completed on rank 2"]
+        "every rank at all_reduce#1 (collective #1, float32 [4]); not completed on rank 0, failed on rank 1, "
+        "completed on rank 2"]
 
 
 def test_a_history_tallies_each_groups_collectives_entered_completed_and_failed_point_to_point_apart(tmp_path):

@@ -185,7 +185,7 @@ def test_the_leader_judges_a_world_as_the_harness_does():
     result = torchrun.judge_world(world, args, {0: None, 1: None}, ends, "rank 1 was killed", seconds=1.0)
     assert result.ok and [r.status for r in result.ranks] == ["stopped", "killed"], result.report()
     assert result.ended_by == "rank 1 was killed"
-    assert result.collectives == ["every rank at all_reduce #1 (float32 [4]); not completed on ranks 0, 1"]
+    assert result.collectives == ["every rank at all_reduce#1 (collective #1, float32 [4]); not completed on ranks 0, 1"]
     # A fault that never fired fails a world that ran its course; and dead ranks must be the killed ones.
     result = torchrun.judge_world(world, args, {0: _report(0), 1: _report(1)}, {0: _end(0), 1: _end(1)}, "",
                                   seconds=1.0)

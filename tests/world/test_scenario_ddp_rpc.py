@@ -88,7 +88,7 @@ def test_a_trainer_killed_inside_its_ddp_all_reduce_ends_the_world_naming_it_and
     # when the harness stops it: which comes first is the OS's; stopped at
     # once, its completion is not written.
     [inside] = [line for line in world.collectives if line.startswith("group 1 (trainers): ")]
-    assert re.fullmatch(r"group 1 \(trainers\): every rank at all_reduce #\d+ \(float32 \[136\]\); "
+    assert re.fullmatch(r"group 1 \(trainers\): every rank at all_reduce#\d+ \(collective #\d+, float32 \[136\]\); "
                         r"not completed on (ranks 2, 3|rank 3, failed on rank 2|"
                         r"rank 3, completion not written \(stopped first, or stuck before it could\) on rank 2)", inside), world.collectives
     assert report.grads_checked == 0 and "not checked" in report.outcome_note

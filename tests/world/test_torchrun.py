@@ -269,7 +269,7 @@ def test_a_ddp_world_killed_inside_an_all_reduce_under_two_torchrun_nodes_ends_a
         # Stopped in or before that collective: where, exactly, is the OS's timing, here as there.
         assert summary["ranks"][rank]["describe"].startswith(
             f"rank {rank} (worker{rank}): stopped by the harness (SIGKILL): {local.ended_by}")
-    where = re.search(r"all_reduce #\d+ \(float32 \[\d+\]\)", " ".join(local.collectives))
+    where = re.search(r"all_reduce#\d+ \(collective #\d+, float32 \[\d+\]\)", " ".join(local.collectives))
     assert where and where[0] in " ".join(summary["collectives"]), (summary["collectives"], local.collectives)
     assert values == [None] * 4
     assert_gone([r["pid"] for r in summary["ranks"]])
