@@ -7,15 +7,15 @@ import re
 
 def ranks_inside(collectives: list[str], op: str) -> set[int]:
     """The ranks that the report's collectives lines place inside ``op``:
-    entered and never completed. The lines read ``every rank at OP #N
-    (...); not completed on rank 1, failed on ranks 0, 2`` when every rank
-    had entered it, ``rank 1 at OP #N (...)`` when some had not."""
+    entered and never completed. The lines read ``every rank at OP#K
+    (collective #N, ...); not completed on rank 1, failed on ranks 0, 2``
+    when every rank had entered it, ``rank 1 at OP#K (...)`` when some had not."""
     inside: set[int] = set()
     for line in collectives:
-        if line.startswith(f"every rank at {op} #"):
+        if line.startswith(f"every rank at {op}#"):
             found = re.search(r"not completed on ranks? ([\d, -]+)", line)
         else:
-            found = re.search(rf"(?:^|; )ranks? ([\d, -]+) at {op} #", line)
+            found = re.search(rf"(?:^|; )ranks? ([\d, -]+) at {op}#", line)
         if found:
             inside |= parse_ranks(found[1])
     return inside
