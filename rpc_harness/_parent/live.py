@@ -50,7 +50,7 @@ from .. import _messages as msg
 from .. import result as R
 from .._rank.boot import rank_file
 from .._rank.clean import RULES
-from ..c10d.sequence import GroupWord, must_try, sequence_findings
+from ..c10d.sequence import GroupWord, must_try, sequence_finding
 from ..context import events_written, read_event_lines
 from ..errors import WorldSpecError
 from ..faults import FaultPlan
@@ -239,10 +239,9 @@ class LiveSupervisor(Supervisor):
                                     time.monotonic() + CHECK_BUDGET, on_timeout=self._check_timed_out)
         if not answered:
             return []
-        behind = sequence_findings(self.words)
-        return [line for rank in sorted(self.checked)
-                for line in (*self.checked[rank],
-                             *([f"sequence: {self.outcomes[rank].label} {behind[rank]}"] if rank in behind else []))]
+        apart = sequence_finding(self.words)
+        return [line for rank in sorted(self.checked) for line in self.checked[rank]] + (
+            [f"sequence: {apart}"] if apart else [])
 
     def _check_timed_out(self) -> None:
         silent = sorted(self.running - set(self.checked))

@@ -5,7 +5,7 @@ After an entry, each rank says what it knows of its default group
 (:class:`GroupWord`, looked at by ``rpc_harness.c10d.clean``, sent with its
 ``msg.Checked``). The supervisor, which waits for every rank's answer
 anyway, compares them: ranks at different sequence numbers break the
-``sequence`` rule; and only where every rank is clean and some rank's own
+``sequence`` rule (one finding for the world, which places every rank); and only where every rank is clean and some rank's own
 collectives did not show the group usable are the ranks told to try the
 group together (``msg.TryGroup``). The ranks once compared their words
 through the world's store themselves: a FileStore round of four ranks took
@@ -32,15 +32,30 @@ class GroupWord:
     shown_usable: bool
 
 
-def sequence_findings(words: dict[int, GroupWord]) -> dict[int, str]:
-    """For each rank whose sequence number differs from some other rank's,
-    what the ``sequence`` rule's finding says of it."""
-    found = {}
-    for rank, word in words.items():
-        others = {peer: other for peer, other in words.items() if other.sequence != word.sequence}
-        if others:
-            found[rank] = behind(word, others)
-    return found
+def sequence_finding(words: dict[int, GroupWord]) -> str | None:
+    """What the ``sequence`` rule's finding says where the ranks' sequence
+    numbers differ (None where they agree): one line for the world, each
+    number with the ranks at it, as the report's collectives lines number
+    a group's collectives (the ranks' histories: the entries' collectives,
+    not the checks' own); in torch's sequence numbers where the histories
+    agree and torch's do not (an op the histories do not see)."""
+    if len({word.sequence for word in words.values()}) <= 1:
+        return None
+    if len({word.entered for word in words.values()}) > 1:
+        at = _grouped({rank: f"#{word.entered}" for rank, word in words.items()})
+        return f"the ranks are at different collectives of the default group: {at}"
+    at = _grouped({rank: str(word.sequence) for rank, word in words.items()})
+    return f"the ranks are at different sequence numbers of the default group (torch's): {at}"
+
+
+def _grouped(where: dict[int, str]) -> str:
+    """``rank 0 at #2; ranks 1, 2 at #1``: the fewest ranks first."""
+    by_place: dict[str, list[int]] = {}
+    for rank, place in sorted(where.items()):
+        by_place.setdefault(place, []).append(rank)
+    parts = sorted(by_place.items(), key=lambda item: (len(item[1]), item[1]))
+    return "; ".join(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))} at {place}"
+                     for place, ranks in parts)
 
 
 def must_try(words: dict[int, GroupWord]) -> bool:
@@ -49,15 +64,3 @@ def must_try(words: dict[int, GroupWord]) -> bool:
     only: the caller asks where no rule is broken, so that no rank waits
     in the try alone)."""
     return not all(word.shown_usable for word in words.values())
-
-
-def behind(word: GroupWord, others: dict[int, GroupWord]) -> str:
-    """The sequence rule's finding, numbered as the report's collectives
-    lines number them (the ranks' histories: the entries' collectives, not
-    the checks' own); in torch's sequence numbers where the histories agree
-    and torch's do not (an op the histories do not see)."""
-    if any(other.entered != word.entered for other in others.values()):
-        return (f"is at collective #{word.entered} of the default group, but "
-                + ", ".join(f"rank {peer} at #{other.entered}" for peer, other in sorted(others.items())))
-    return (f"is at sequence number {word.sequence} of the default group (torch's), but "
-            + ", ".join(f"rank {peer} at {other.sequence}" for peer, other in sorted(others.items())))

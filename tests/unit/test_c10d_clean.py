@@ -88,14 +88,11 @@ def test_where_any_rank_did_not_show_the_group_usable_every_rank_tries_it(shown)
     assert sequence.must_try({rank: GroupWord(7, 11, said) for rank, said in enumerate(shown)})
 
 
-def test_ranks_at_one_sequence_number_break_no_rule_and_each_rank_behind_or_ahead_is_named():
-    assert sequence.sequence_findings({rank: GroupWord(7, 3, True) for rank in range(3)}) == {}
+def test_ranks_at_one_sequence_number_break_no_rule_and_ranks_apart_are_placed_in_one_finding():
+    assert sequence.sequence_finding({rank: GroupWord(7, 3, True) for rank in range(3)}) is None
     words = {0: GroupWord(7, 3, True), 1: GroupWord(7, 3, True), 2: GroupWord(6, 2, True)}
-    assert sequence.sequence_findings(words) == {
-        0: "is at collective #3 of the default group, but rank 2 at #2",
-        1: "is at collective #3 of the default group, but rank 2 at #2",
-        2: "is at collective #2 of the default group, but rank 0 at #3, rank 1 at #3",
-    }
+    assert sequence.sequence_finding(words) == (
+        "the ranks are at different collectives of the default group: rank 2 at #2; ranks 0, 1 at #3")
 
 
 def test_try_default_group_runs_the_checks_collective_over_the_default_group(monkeypatch):
@@ -118,12 +115,15 @@ def test_the_checks_own_collective_reaches_no_failpoint_and_no_history(monkeypat
     assert seen == [True]
 
 
-def test_a_rank_behind_is_named_in_the_reports_numbers_or_torchs_where_those_agree():
+def test_ranks_apart_are_numbered_as_the_reports_collectives_lines_or_as_torch_where_those_agree():
     # The report's collectives lines number a group's collectives as the
     # ranks' histories do (the entries', not the checks' own all_reduces):
     # the finding says the same numbers, not torch's (outside-user trial: a
     # report said "#4, but rank 1 at #3" beside "rank 0 at all_reduce #3").
-    assert sequence.behind(GroupWord(4, 3, True), {1: GroupWord(3, 2, True), 2: GroupWord(3, 2, True)}) == (
-        "is at collective #3 of the default group, but rank 1 at #2, rank 2 at #2")
-    assert sequence.behind(GroupWord(5, 3, True), {1: GroupWord(4, 3, True), 2: GroupWord(6, 3, True)}) == (
-        "is at sequence number 5 of the default group (torch's), but rank 1 at 4, rank 2 at 6")
+    assert sequence.sequence_finding({0: GroupWord(4, 3, True), 1: GroupWord(3, 2, True),
+                                      2: GroupWord(3, 2, True)}) == (
+        "the ranks are at different collectives of the default group: rank 0 at #3; ranks 1, 2 at #2")
+    assert sequence.sequence_finding({0: GroupWord(5, 3, True), 1: GroupWord(4, 3, True),
+                                      2: GroupWord(6, 3, True)}) == (
+        "the ranks are at different sequence numbers of the default group (torch's): rank 0 at 5; rank 1 at 4; "
+        "rank 2 at 6")
