@@ -127,3 +127,80 @@ def test_ranks_apart_are_numbered_as_the_reports_collectives_lines_or_as_torch_w
                                       2: GroupWord(6, 3, True)}) == (
         "the ranks are at different sequence numbers of the default group (torch's): rank 0 at 5; rank 1 at 4; "
         "rank 2 at 6")
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A real gloo default group of one rank, in this process, for the
+    look's own reads of torch (destroyed after the test)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        yield c10d.GroupMember.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def test_before_an_entry_a_rank_notes_its_groups_its_default_group_and_that_groups_tally(one_rank_group, tallies):
+    tallies[one_rank_group.group_name] = (4, 3, 1)
+    noted = clean.before_entry()
+    assert noted == clean.Before(frozenset({id(one_rank_group)}), id(one_rank_group), (4, 3, 1))
+
+
+def test_before_an_entry_without_a_default_group_a_rank_notes_none(monkeypatch):
+    monkeypatch.setattr(c10d._world, "_default_pg", None)
+    assert clean.before_entry() == clean.Before(frozenset(id(g) for g in c10d._world.pg_map), None, (0, 0, 0))
+
+
+def test_a_subgroup_the_entry_made_is_named_with_its_ranks_and_one_made_before_is_not(one_rank_group, tallies):
+    import torch.distributed as dist
+
+    older = dist.new_group([0])
+    noted = clean.before_entry()
+    made = dist.new_group([0])
+    found, _ = clean.look(noted, thorough=False)
+    name = c10d._world.pg_names[made]
+    assert found == [("subgroups", f"still has 1 subgroup(s) the entry made: group {name!r} of ranks [0]")]
+    dist.destroy_process_group(made)
+    assert clean.look(noted, thorough=False)[0] == []
+    dist.destroy_process_group(older)
+
+
+def test_the_checks_collective_over_a_real_group_gives_its_size_or_says_what_it_gave(one_rank_group):
+    assert clean.try_default_group(1) == []
+    assert clean.try_default_group(2) == ["an all_reduce of ones over the default group gave 1, not 2"]
+
+
+def test_a_group_that_cannot_run_a_collective_is_said_so_with_the_error(monkeypatch):
+    def broken(tensor, group):
+        raise RuntimeError("Connection closed by peer")
+
+    monkeypatch.setattr(clean.dist, "all_reduce", broken)
+    assert clean._try(Group(), 2) == [
+        "cannot run a collective over the default group: RuntimeError: Connection closed by peer"]
+
+
+def test_no_pending_handle_is_found_where_every_collective_completed(one_rank_group):
+    import torch
+    import torch.distributed as dist
+
+    work = dist.all_reduce(torch.ones(2), async_op=True)
+    work.wait()
+    assert clean.pending_work() == []
+    del work
+
+
+def test_a_handle_whose_collective_never_completed_is_found_among_live_objects():
+    import torch.distributed as dist
+
+    class NeverCompleted(dist.Work):
+        def is_completed(self):
+            return False
+
+    held = [NeverCompleted(), NeverCompleted()]
+    assert clean.pending_work() == [
+        "holds 2 work handle(s) of async_op collectives that have not completed: an async_op=True collective never "
+        "waited for, or one its peers never issued"]
+    held.clear()
+    assert clean.pending_work() == []
