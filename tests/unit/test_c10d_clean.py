@@ -40,6 +40,7 @@ def before(group, tally):
 
 @pytest.mark.parametrize(("after", "shown"), [
     ((12, 12, 0), True),   # two collectives, both completed
+    ((11, 11, 0), True),   # one collective, completed
     ((10, 10, 0), False),  # none: the group was not used
     ((12, 11, 0), False),  # one still not completed
     ((12, 12, 1), False),  # one failed
@@ -204,3 +205,37 @@ def test_a_handle_whose_collective_never_completed_is_found_among_live_objects()
         "waited for, or one its peers never issued"]
     held.clear()
     assert clean.pending_work() == []
+
+
+def test_only_a_thorough_look_scans_for_pending_handles(monkeypatch, tallies):
+    group = Group()
+    monkeypatch.setattr(c10d._world, "_default_pg", group)
+    monkeypatch.setattr(clean, "pending_work", lambda: ["holds 1 work handle(s)"])
+    assert clean.look(before(group, (0, 0, 0)), thorough=False)[0] == []
+    assert clean.look(before(group, (0, 0, 0)), thorough=True)[0] == [("work", "holds 1 work handle(s)")]
+
+
+def test_a_handle_held_twice_is_counted_once():
+    import torch.distributed as dist
+
+    class NeverCompleted(dist.Work):
+        def is_completed(self):
+            return False
+
+    work = NeverCompleted()
+    held = [work], [work]
+    assert clean.pending_work()[0].startswith("holds 1 work handle(s)")
+    del held, work
+
+
+def test_subgroups_left_are_listed_five_at_most(one_rank_group, tallies):
+    import torch.distributed as dist
+
+    noted = clean.before_entry()
+    made = [dist.new_group([0]) for _ in range(6)]
+    [(rule, text)] = clean.look(noted, thorough=False)[0]
+    names = [c10d._world.pg_names[group] for group in made]
+    assert text == ("still has 6 subgroup(s) the entry made: "
+                    + ", ".join(f"group {name!r} of ranks [0]" for name in names[:5]))
+    for group in made:
+        dist.destroy_process_group(group)
