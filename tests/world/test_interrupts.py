@@ -204,8 +204,14 @@ def test_a_test_timeout_during_bring_up_gives_the_replay_line_and_leaves_no_fork
 def test_ctrl_c_to_an_xdist_controller_during_bring_up_leaves_no_folder_and_no_forkserver(pytester, short_tmp):
     # Workers that take longer to stop than xdist waits (10 s; torch's
     # teardown on a loaded machine) are killed: nothing of theirs runs again.
+    # These never stop by themselves, so the controller here waits 1 s, not
+    # 10, before it kills them: what follows does not depend on how long.
     pytester.makeconftest("""
 import time
+
+import xdist.workermanage
+
+xdist.workermanage.NodeManager.EXIT_TIMEOUT = 1
 
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workerinput"):
