@@ -733,7 +733,8 @@ BUGS = (
          "test_rref_proxies_first_called_from_many_threads_at_once_are_named_by_their_type_every_time",)),
     Bug("a script's function is named __main__:fn in replay lines", "rpc_harness/entry.py",
         'return f"{self.main_file or self.module}:{self.qualname}"', 'return f"{self.module}:{self.qualname}"',
-        ("tests/world/test_scripts.py::test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere",)),
+        ("tests/world/test_scripts.py::"
+         "test_a_script_run_as_python_script_py_can_rpc_its_own_functions_and_its_replay_lines_work_from_anywhere",)),
     Bug("the README's explore example uses a program that is not installed", "README.md",
         "found = rpc_harness.explore(races.run_worker, 4, spawn=True, args=(4,), schedules=20)",
         "found = rpc_harness.explore(tutorial_ps.main, 3, spawn=True, args=(3, 2), schedules=20)",
@@ -853,7 +854,8 @@ BUGS = (
         ("tests/unit/test_bench.py::test_bench_device_with_only_or_svg_is_refused_and_device_cpu_is_the_whole_bench",)),
     Bug("a script's namespace is not registered as __mp_main__ (its own functions cannot be pickled)",
         "rpc_harness/entry.py", '    sys.modules["__mp_main__"] = module\n', "",
-        ("tests/world/test_scripts.py::test_a_script_run_as_python_script_py_can_rpc_its_own_functions",)),
+        ("tests/world/test_scripts.py::"
+         "test_a_script_run_as_python_script_py_can_rpc_its_own_functions_and_its_replay_lines_work_from_anywhere",)),
     Bug("a token's setup is checked before its folder is on sys.path", "rpc_harness/repro.py",
         "    with _importable_from([path, *(folder for _, folder in modules)]):",
         "    with _importable_from([]):",
@@ -870,7 +872,8 @@ BUGS = (
         ("tests/unit/test_cli.py::test_an_explored_failures_token_line_carries_the_runs_deadline",)),
     Bug("a replayed entry world's own token line leaves its deadline out", "rpc_harness/apps/cli.py",
         "repro=repro.command(deadline),", "repro=repro.command(),",
-        ("tests/world/test_scripts.py::test_the_replay_lines_of_a_function_defined_in_a_script_work_from_anywhere",)),
+        ("tests/world/test_scripts.py::"
+         "test_a_script_run_as_python_script_py_can_rpc_its_own_functions_and_its_replay_lines_work_from_anywhere",)),
     Bug("the ps judge ignores the records' device", "rpc_harness/scenarios/parameter_server/judge.py",
         'device = str(actual.log.get("device", "cpu"))', 'device = "cpu"',
         (SD + "test_the_ps_and_rnn_judges_read_the_device_from_the_records",)),
