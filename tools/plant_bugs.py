@@ -145,11 +145,13 @@ BUGS = (
         "return derive_seed(self.session_seed, self._request.node.nodeid, index)",
         "return derive_seed(0, self._request.node.nodeid, index)",
         ("tests/world/test_plugin.py::"
-         "test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session",)),
+         "test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session_and_each_worker_keeps_its_"
+         "live_world",)),
     Bug("xdist workers draw their own session seed", "rpc_harness/pytest_plugin.py",
         'return int(workerinput["rpc_harness_seed"])', "return fresh_seed()",
         ("tests/world/test_plugin.py::"
-         "test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session",)),
+         "test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session_and_each_worker_keeps_its_"
+         "live_world",)),
     Bug("replay token's plan not validated", "rpc_harness/repro.py",
         'options[name] = DECLARED[name].check(data[key], f"repro token field {key!r}")',
         'options[name] = data[key] if name == "faults" else DECLARED[name].check(data[key], f"field {key!r}")',

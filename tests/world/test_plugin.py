@@ -380,10 +380,26 @@ def test_records(rpc_world, request, n):
 """
 
 
-# One of the suite's slowest (pytest --durations): two xdist sessions (-n 2), each a process of its
-# own: the seed must replay across sessions and workers.
+# Each xdist worker's own live world (rpc_world_session), beside the seeds' tests in the same
+# session: six tests, so that each worker likely gets some.
+LIVE_WORLDS = """
+import os
+
+def pid(ctx):
+    return os.getpid()
+""" + "".join(f"""
+def test_{n}(rpc_world_session):
+    print("PIDS test_{n}", rpc_world_session.run(pid, world_size=2).values)
+""" for n in range(6))
+
+
+# One of the suite's slowest (pytest --durations): an xdist session (-n 2) in processes of its own
+# (three interpreters importing torch, two forkservers), then the seed given back in a session
+# without xdist: the seed must replay across sessions and workers. The same xdist session shows
+# that each worker keeps its own live world.
 @pytest.mark.long
-def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(pytester, tmp_path):
+def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session_and_each_worker_keeps_its_live_world(
+        pytester, tmp_path):
     # Also what shows that the fixture works under xdist at all.
     def records(folder):
         return {r["nodeid"]: r for r in (json.loads(p.read_text()) for p in sorted(folder.glob("*.json")))}
@@ -391,9 +407,9 @@ def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(
     first, again = tmp_path / "first", tmp_path / "again"
     first.mkdir()
     again.mkdir()
-    pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(first)))
-    result = run(pytester, "-n", "2", fresh=True)  # no --rpc-seed: the session draws one
-    result.assert_outcomes(passed=2)
+    pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(first)), test_live=LIVE_WORLDS)
+    result = run(pytester, "-n", "2", "-rP", fresh=True)  # no --rpc-seed: the session draws one
+    result.assert_outcomes(passed=8)
     (seed,) = [int(m[1]) for m in map(re.compile(r"rpc-harness: session seed (\d+) ").match, result.stdout.lines)
                if m]
     drawn = records(first)
@@ -403,10 +419,16 @@ def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(
         assert record["seeds"] == [rpc_harness.derive_seed(seed, nodeid, index) for index in (0, 1)]
     # ... so that seed, given back, replays them without xdist.
     pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(again)))
-    run(pytester, f"--rpc-seed={seed}", "-p", "no:xdist").assert_outcomes(passed=2)
+    run(pytester, f"--rpc-seed={seed}", "-p", "no:xdist", "test_seeds.py").assert_outcomes(passed=2)
     replayed = records(again)
     assert {n: r["seeds"] for n, r in replayed.items()} == {n: r["seeds"] for n, r in drawn.items()}
     assert not any(r["in_worker"] for r in replayed.values())
+
+    # One live world per worker (a worker may get no test), whose ranks end with the session.
+    out = result.stdout.str()
+    worlds = {tuple(eval(re.search(rf"PIDS test_{n} (\[[0-9, ]+\])", out)[1])) for n in range(6)}
+    assert 1 <= len(worlds) <= 2, worlds
+    assert not wait_gone([pid for world in worlds for pid in world])
 
 
 SLEEPER = """

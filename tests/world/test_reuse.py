@@ -525,21 +525,9 @@ def test_session(rpc_world_session):
     assert our_world_folders() <= before
 
 
-# One of the suite's slowest (pytest --durations): a pytest session with two xdist workers, in a
-# process of its own: three interpreters importing torch and two forkservers, which is what is
-# checked.
-@pytest.mark.long
-def test_under_xdist_each_worker_keeps_its_own_live_world(pytester):
-    pytester.makepyfile(ENTRIES + "".join(f"""
-def test_{n}(rpc_world_session):
-    print("PIDS test_{n}", rpc_world_session.run(pid, world_size=2).values)
-""" for n in range(6)))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-rP", timeout=300)
-    result.assert_outcomes(passed=6)
-    out = result.stdout.str()
-    worlds = {tuple(pids_in(out, f"test_{n}")) for n in range(6)}
-    assert 1 <= len(worlds) <= 2  # one live world per worker (a worker may get no test)
-    assert not wait_gone([pid for world in worlds for pid in world])
+# Under xdist, each worker keeps its own live world: checked in the xdist session of
+# test_plugin.py's test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session_and_
+# each_worker_keeps_its_live_world (one such session, not two).
 
 
 INTERRUPTED = """
