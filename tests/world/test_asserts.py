@@ -148,12 +148,13 @@ def test_a_failing_assert_in_a_spawned_program_reads_as_in_the_test_process(pyte
     assert f"rank 1 (worker1): raised AssertionError: {LISTS} (in its entry)" in result.stdout.str()
 
 
-# One of the suite's slowest (pytest --durations): an xdist session (-n 2) in a process of its own,
-# its eight worlds failing on purpose: asserts must read alike in xdist workers' ranks.
+# One of the suite's slowest (pytest --durations): an xdist session in a process of its own, its
+# eight worlds failing on purpose: asserts must read alike in xdist workers' ranks. One worker
+# (-n 1): a second would import torch and start a forkserver again, to run the same code.
 @pytest.mark.long
 def test_under_xdist_asserts_in_ranks_read_as_in_the_test_process(pytester):
     pytester.makepyfile(ENTRIES + RUN_TESTS + SPAWN_TESTS)
-    result = run(pytester, "-p", "xdist", "-n", "2", fresh=True)
+    result = run(pytester, "-p", "xdist", "-n", "1", fresh=True)
     result.assert_outcomes(failed=8)
     lines = result.stdout.lines
     check_like_the_test_process(lines, LISTS, 2)  # run and spawn

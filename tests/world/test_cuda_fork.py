@@ -107,16 +107,6 @@ def test_the_idiomatic_gpu_skipif_initializes_cuda_nowhere(pytester):
     assert not calls.exists(), f"CUDA's driver was initialized (pids {calls.read_text().split()})"
 
 
-# One of the suite's slowest (pytest --durations): the forkserver's own imports are under test, so a
-# pytest session of its own (a fresh forkserver); and each rank imports the refused module itself.
-def test_a_module_that_asks_for_cuda_at_import_is_named_and_imported_by_each_rank(pytester):
-    pytester.makepyfile(test_a_eager=EAGER_CUDA_MODULE, test_b_cpu=CPU_MODULE)
-    result = _run(pytester, "-rw")
-    result.assert_outcomes(passed=2, warnings=1)
-    result.stdout.fnmatch_lines(["*ForkserverCudaPytestWarning: test_a_eager asked for CUDA at import, in "
-                                 "rpc-harness's forkserver: it was not preloaded there*"])
-
-
 # A CUDA machine as the parent sees it; and a test module whose import leaves
 # the driver initialized, as cupy or a ctypes cuInit(0) would: the forkserver
 # cannot refuse that, only name it.
@@ -144,18 +134,28 @@ def test_cpu_world(rpc_world):
 """
 
 
-# One of the suite's slowest (pytest --durations): a pytest session of its own (the forkserver that
-# imports the module must be a fresh one), a failing CUDA world and a CPU world in it.
-def test_a_module_that_initialized_the_driver_is_named_and_cuda_worlds_say_so(pytester):
+# One of the suite's slowest (pytest --durations): the forkserver's own imports are under test, so a
+# pytest session of its own (a fresh forkserver). Both kinds of module at import share it (one
+# session, not two: ~7 s each on 2 cores): one that asks for CUDA (refused, then imported by each
+# rank itself) and one that leaves the driver initialized (named; its CUDA world fails, its CPU
+# world and the CPU module's after them go on). Each is named by its own warning.
+def test_a_module_that_asks_for_cuda_or_initialized_the_driver_at_import_is_named_and_cuda_worlds_say_so(
+        pytester):
     pytester.makeconftest(FAKE_CUDA_MACHINE_CONFTEST)
-    pytester.makepyfile(test_a_driver=DRIVER_MODULE)
-    result = _run(pytester, "-rw")
-    result.assert_outcomes(passed=1, failed=1, warnings=1)
+    pytester.makepyfile(test_a_eager=EAGER_CUDA_MODULE, test_b_driver=DRIVER_MODULE, test_c_cpu=CPU_MODULE)
+    result = _run(pytester, "-rwfp")
+    result.assert_outcomes(passed=3, failed=1, warnings=2)
+    # The module that asked for CUDA: not preloaded, imported by each rank (its test passed).
+    result.stdout.fnmatch_lines(["*ForkserverCudaPytestWarning: test_a_eager asked for CUDA at import, in "
+                                 "rpc-harness's forkserver: it was not preloaded there*"])
+    result.stdout.fnmatch_lines(["PASSED test_a_eager.py::test_eager_module_world"])
+    # The module that initialized the driver: its CUDA world stops, saying why.
     result.stdout.fnmatch_lines([
-        "*raised Unsupported: this rank was forked from rpc-harness's forkserver after importing test_a_driver "
-        "initialized the CUDA driver there*",
-        "*ForkserverCudaPytestWarning: test_a_driver initialized the CUDA driver at import, in rpc-harness's "
-        "forkserver*"])
+        "*raised Unsupported: this rank was forked from rpc-harness's forkserver after importing test_b_driver "
+        "initialized the CUDA driver there*"])
+    result.stdout.fnmatch_lines(["*ForkserverCudaPytestWarning: test_b_driver initialized the CUDA driver at "
+                                 "import, in rpc-harness's forkserver*"])
+    result.stdout.fnmatch_lines(["FAILED test_b_driver.py::test_cuda_world*"])
 
 
 # One of the suite's slowest (pytest --durations): a pytest session of its own, so that the module

@@ -149,7 +149,7 @@ import rpc_harness
 def hangs(ctx):
     rpc_harness.failpoint("demo.step")
 
-@pytest.mark.rpc_world(world_size=2, deadline=2, faults="hang:worker0@demo.step")
+@pytest.mark.rpc_world(world_size=2, deadline=1, faults="hang:worker0@demo.step")
 def test_hangs(rpc_world):
     rpc_world.run(hangs)
 """

@@ -74,14 +74,14 @@ _SIGINT_AT_DEFAULT = ("-c", "import os, signal, sys; signal.signal(signal.SIGINT
                             "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
 
 
-def start(pytester, tmp, *args):
-    """A pytest session of the test file above, in a process group of its
-    own, with ``tmp`` as its temp folder and SIGINT at its default; its
-    output goes to ``session.log``."""
+def start(pytester, tmp, *args, files=("test_worlds.py",)):
+    """A pytest session of the test file above (or ``files``), in a process
+    group of its own, with ``tmp`` as its temp folder and SIGINT at its
+    default; its output goes to ``session.log``."""
     log = open(pytester.path / "session.log", "w")  # noqa: SIM115 - closed by finish()
     proc = subprocess.Popen(
         [sys.executable, *_SIGINT_AT_DEFAULT, "-m", "pytest", "-p", "no:cacheprovider", *args,
-         str(pytester.path / "test_worlds.py")],
+         *(str(pytester.path / name) for name in files)],
         cwd=pytester.path, env=dict(os.environ, TMPDIR=str(tmp)), stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )
@@ -116,22 +116,6 @@ def wait_for(condition, proc, pytester, within=120):
     while not condition() and time.monotonic() < until and proc.poll() is None:
         time.sleep(0.1)
     assert condition(), f"never got there (exit code {proc.poll()}):\n{(pytester.path / 'session.log').read_text()[-4000:]}"
-
-
-# One of the suite's slowest (pytest --durations): a pytest session of its own whose world outlives
-# pytest-timeout's limit: the timeout is the subject.
-def test_a_test_timeout_inside_a_world_reports_every_ranks_stacks_and_the_replay_line(pytester):
-    pytester.makepyfile(test_worlds=ENTRY)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "times_out", timeout=300)
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
-    assert "Timeout" in out and "pytest-timeout" in out, out
-    for rank in (0, 1):
-        section = re.search(rf"-+ rpc rank {rank} \(worker{rank}\) \[stopped\] -+\n(.*?)\n(?=-{{10,}} |=+ )", out, re.S)
-        assert section, out
-        assert "--- stacks when the world was stopped" in section[1], section[1]
-        assert "in waits_in_its_entry" in section[1], section[1]
-    assert re.search(r"-+ rpc-harness replay -+\npytest \S+::test_times_out --rpc-seed=\d+", out), out
 
 
 THREAD_METHOD = """
@@ -204,8 +188,14 @@ def test_a_test_timeout_during_bring_up_gives_the_replay_line_and_leaves_no_fork
 def test_ctrl_c_to_an_xdist_controller_during_bring_up_leaves_no_folder_and_no_forkserver(pytester, short_tmp):
     # Workers that take longer to stop than xdist waits (10 s; torch's
     # teardown on a loaded machine) are killed: nothing of theirs runs again.
+    # These never stop by themselves, so the controller here waits 1 s, not
+    # 10, before it kills them: what follows does not depend on how long.
     pytester.makeconftest("""
 import time
+
+import xdist.workermanage
+
+xdist.workermanage.NodeManager.EXIT_TIMEOUT = 1
 
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workerinput"):
@@ -225,12 +215,17 @@ def pytest_sessionfinish(session):
         finish(pytester, proc, pids)
 
 
+# One session (its own process: pytest-timeout's signal and Ctrl-C are the subjects) for two ends
+# of a world: first a test timeout inside one (pytest-timeout's limit passes; the session goes
+# on), then Ctrl-C inside the next.
 @pytest.mark.parametrize("xdist", [False, True])
-def test_ctrl_c_inside_a_world_names_the_world_its_age_and_its_replay_lines(pytester, short_tmp, xdist):
+def test_a_test_timeout_then_ctrl_c_inside_a_world_name_the_world_its_stacks_and_its_replay_lines(
+        pytester, short_tmp, xdist):
     # pytest alone printed a bare KeyboardInterrupt and a line of
     # multiprocessing's: which world, how long it had run and how to get it
     # back were not said (outside-user trial). An xdist worker has no
     # terminal summary: it says so on its stderr, the terminal's.
+    pytester.makepyfile(test_timeout=ENTRY)  # its test_times_out, run first
     ranks = pytester.path / "ranks"
     ranks.mkdir()
     pytester.makepyfile(test_worlds=f"""
@@ -243,7 +238,8 @@ def waits(ctx):
 def test_waits(rpc_world):
     rpc_world.run(waits, world_size=3, deadline=600)
 """)
-    proc = start(pytester, short_tmp, "--rpc-seed=5", *(["-n", "1"] if xdist else []))
+    proc = start(pytester, short_tmp, "--rpc-seed=5", "-k", "times_out or waits", *(["-n", "1"] if xdist else []),
+                 files=("test_timeout.py", "test_worlds.py"))
     try:
         wait_for(lambda: len(os.listdir(ranks)) == 3, proc, pytester)
         time.sleep(1.0)  # an age of at least a second, which the line must show
@@ -251,6 +247,17 @@ def test_waits(rpc_world):
         proc.wait(timeout=120)
         out = (pytester.path / "session.log").read_text()
         assert proc.returncode == 2, out  # pytest's for an interrupted session
+        # The test timeout: every rank's stacks when it stopped the world, and the replay line.
+        assert re.search(r"=+ 1 failed(, 2 deselected)? in ", out), out
+        assert "Timeout" in out and "pytest-timeout" in out, out
+        for rank in (0, 1):
+            section = re.search(rf"-+ rpc rank {rank} \(worker{rank}\) \[stopped\] -+\n(.*?)\n(?=-{{10,}} |=+ )", out,
+                                re.S)
+            assert section, out
+            assert "--- stacks when the world was stopped" in section[1], section[1]
+            assert "in waits_in_its_entry" in section[1], section[1]
+        assert re.search(r"-+ rpc-harness replay -+\npytest \S+::test_times_out --rpc-seed=5", out), out
+        # Ctrl-C: the world it stopped, its age, its replay lines.
         head = r"^\[gw0\] rpc-harness: " if xdist else r"^!+ rpc-harness: interrupted !+\n"
         said = re.search(head + r"Ctrl-C stopped rpc world 0 of test_worlds.py::test_waits "
                          r"after (\d+\.\d) s: 3 ranks \(worker0, worker1, worker2\), seed \d+\n"

@@ -95,7 +95,7 @@ def test_hang_fails_at_the_deadline_with_all_stacks_and_the_session_goes_on(pyte
         + """
 import pytest
 
-@pytest.mark.rpc_world(world_size=2, deadline=2, faults="hang:worker0@demo.step")
+@pytest.mark.rpc_world(world_size=2, deadline=1, faults="hang:worker0@demo.step")
 def test_hangs(rpc_world):
     rpc_world.run(hangs)
 
@@ -106,13 +106,13 @@ def test_after(rpc_world):
     result = run(pytester)
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
-    assert "rpc world hung: deadline of 2s passed" in out
+    assert "rpc world hung: deadline of 1s passed" in out
     assert "rank 0 (worker0) stacks at the deadline" in out
     assert "rank 1 (worker1) stacks at the deadline" in out
     assert 'rpc_harness.failpoint("demo.step")' in out
     # The token does not carry the deadline: its line does, or a replay of
     # the hang waits out the replay's 300 s (outside-user trial).
-    assert re.search(r"or: rpc-harness replay rpch1_\S+ --deadline 2$", out, re.M), out
+    assert re.search(r"or: rpc-harness replay rpch1_\S+ --deadline 1$", out, re.M), out
 
 
 def test_skip_inside_a_rank_skips_the_test(pytester):
@@ -311,7 +311,7 @@ def test_an_entry_whose_module_is_not_there_fails_its_test_with_the_users_line_a
         "'nomodule': No module named 'nomodule'"], report
 
 
-@pytest.mark.parametrize("deadline", ["2", "2000ms"])
+@pytest.mark.parametrize("deadline", ["1", "1000ms"])
 def test_ini_deadline_applies(pytester, deadline):
     # Issue 38: a duration takes the same forms at every door, the ini file's too.
     if not deadline.isdigit() and pytest.version_tuple < (9, 2):
@@ -322,14 +322,14 @@ def test_ini_deadline_applies(pytester, deadline):
     )
     result = run(pytester)
     result.assert_outcomes(failed=1)
-    assert "deadline of 2s passed" in result.stdout.str()
+    assert "deadline of 1s passed" in result.stdout.str()
 
 
 def test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers(pytester):
     # pytest's native TOML config checks each value against its key's type:
     # keys typed "string" refused `rpc_deadline = 2` ("expects a string, got int").
     units = pytest.version_tuple >= (9, 2)  # a key typed as a number or text (rpc_bringup = "30s")
-    pytester.makepyprojecttoml('[tool.pytest]\nrpc_deadline = 2\nrpc_call_timeout = 30\nrpc_fuzz = 0\n'
+    pytester.makepyprojecttoml('[tool.pytest]\nrpc_deadline = 1\nrpc_call_timeout = 30\nrpc_fuzz = 0\n'
                                'rpc_seed = 7\nrpc_schedule = "free"\n' + ('rpc_bringup = "30s"\n' if units else ''))
     pytester.makepyfile(
         ENTRIES + '\ndef test_hangs(rpc_world):\n    rpc_world.run(hangs, world_size=2, faults="hang:worker1@demo.step")\n'
@@ -337,7 +337,7 @@ def test_ini_keys_are_typed_so_a_toml_config_gives_numbers_as_numbers(pytester):
     result = run(pytester, "--strict-config")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert "deadline of 2s passed" in out, out
+    assert "deadline of 1s passed" in out, out
     assert "rpc-harness: session seed 7 " in out, out
     help_text = run(pytester, "--help").stdout.str()
     # From pytest 9.2 a number key takes text too, which the harness reads as it reads the flag's.
@@ -380,10 +380,26 @@ def test_records(rpc_world, request, n):
 """
 
 
-# One of the suite's slowest (pytest --durations): two xdist sessions (-n 2), each a process of its
-# own: the seed must replay across sessions and workers.
+# Each xdist worker's own live world (rpc_world_session), beside the seeds' tests in the same
+# session: six tests, so that each worker likely gets some.
+LIVE_WORLDS = """
+import os
+
+def pid(ctx):
+    return os.getpid()
+""" + "".join(f"""
+def test_{n}(rpc_world_session):
+    print("PIDS test_{n}", rpc_world_session.run(pid, world_size=2).values)
+""" for n in range(6))
+
+
+# One of the suite's slowest (pytest --durations): an xdist session (-n 2) in processes of its own
+# (three interpreters importing torch, two forkservers), then the seed given back in a session
+# without xdist: the seed must replay across sessions and workers. The same xdist session shows
+# that each worker keeps its own live world.
 @pytest.mark.long
-def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(pytester, tmp_path):
+def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session_and_each_worker_keeps_its_live_world(
+        pytester, tmp_path):
     # Also what shows that the fixture works under xdist at all.
     def records(folder):
         return {r["nodeid"]: r for r in (json.loads(p.read_text()) for p in sorted(folder.glob("*.json")))}
@@ -391,9 +407,9 @@ def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(
     first, again = tmp_path / "first", tmp_path / "again"
     first.mkdir()
     again.mkdir()
-    pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(first)))
-    result = run(pytester, "-n", "2", fresh=True)  # no --rpc-seed: the session draws one
-    result.assert_outcomes(passed=2)
+    pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(first)), test_live=LIVE_WORLDS)
+    result = run(pytester, "-n", "2", "-rP", fresh=True)  # no --rpc-seed: the session draws one
+    result.assert_outcomes(passed=8)
     (seed,) = [int(m[1]) for m in map(re.compile(r"rpc-harness: session seed (\d+) ").match, result.stdout.lines)
                if m]
     drawn = records(first)
@@ -403,10 +419,16 @@ def test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session(
         assert record["seeds"] == [rpc_harness.derive_seed(seed, nodeid, index) for index in (0, 1)]
     # ... so that seed, given back, replays them without xdist.
     pytester.makepyfile(test_seeds=RECORDS_SEEDS.format(folder=str(again)))
-    run(pytester, f"--rpc-seed={seed}", "-p", "no:xdist").assert_outcomes(passed=2)
+    run(pytester, f"--rpc-seed={seed}", "-p", "no:xdist", "test_seeds.py").assert_outcomes(passed=2)
     replayed = records(again)
     assert {n: r["seeds"] for n, r in replayed.items()} == {n: r["seeds"] for n, r in drawn.items()}
     assert not any(r["in_worker"] for r in replayed.values())
+
+    # One live world per worker (a worker may get no test), whose ranks end with the session.
+    out = result.stdout.str()
+    worlds = {tuple(eval(re.search(rf"PIDS test_{n} (\[[0-9, ]+\])", out)[1])) for n in range(6)}
+    assert 1 <= len(worlds) <= 2, worlds
+    assert not wait_gone([pid for world in worlds for pid in world])
 
 
 SLEEPER = """

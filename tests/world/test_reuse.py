@@ -525,21 +525,9 @@ def test_session(rpc_world_session):
     assert our_world_folders() <= before
 
 
-# One of the suite's slowest (pytest --durations): a pytest session with two xdist workers, in a
-# process of its own: three interpreters importing torch and two forkservers, which is what is
-# checked.
-@pytest.mark.long
-def test_under_xdist_each_worker_keeps_its_own_live_world(pytester):
-    pytester.makepyfile(ENTRIES + "".join(f"""
-def test_{n}(rpc_world_session):
-    print("PIDS test_{n}", rpc_world_session.run(pid, world_size=2).values)
-""" for n in range(6)))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-rP", timeout=300)
-    result.assert_outcomes(passed=6)
-    out = result.stdout.str()
-    worlds = {tuple(pids_in(out, f"test_{n}")) for n in range(6)}
-    assert 1 <= len(worlds) <= 2  # one live world per worker (a worker may get no test)
-    assert not wait_gone([pid for world in worlds for pid in world])
+# Under xdist, each worker keeps its own live world: checked in the xdist session of
+# test_plugin.py's test_the_session_seed_in_the_header_replays_every_world_of_an_xdist_session_and_
+# each_worker_keeps_its_live_world (one such session, not two).
 
 
 INTERRUPTED = """
@@ -574,24 +562,17 @@ def test_waits_for_sigterm(rpc_world_session):
 """
 
 
-def test_a_test_timeout_inside_an_entry_reports_its_stacks_and_the_next_test_gets_a_fresh_world(pytester):
-    pytester.makepyfile(test_worlds=INTERRUPTED)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "not sigterm", "-rP", timeout=300)
-    result.assert_outcomes(passed=2, failed=1)
-    out = result.stdout.str()
-    failure = failure_section(out, "test_times_out")
-    assert "Timeout" in failure and "in waits_in_its_entry" in failure, failure
-    assert not set(pids_in(out, "test_first")) & set(pids_in(out, "test_after"))
-    assert re.search(r"the one before ended: \S+::test_times_out was stopped from outside \(Failed\)", out), out
-
-
-def test_a_sigterm_to_the_session_closes_its_live_worlds(pytester, tmp_path, short_tmp):
+# One session (a fresh process: its forkserver's worlds are what a signal must reach) for two
+# endings: a test timeout inside an entry of a module-scoped world, then a SIGTERM while a
+# session-scoped world is live. The SIGTERMed session still prints its earlier tests' reports.
+def test_a_test_timeout_inside_an_entry_reports_its_stacks_the_next_test_gets_a_fresh_world_and_a_sigterm_closes_the_live_one(
+        pytester, tmp_path, short_tmp):
     pytester.makepyfile(test_worlds=INTERRUPTED)
     ready, log = tmp_path / "ready", tmp_path / "session.log"
     temp = short_tmp  # the forkserver's socket goes there: an AF_UNIX path holds 107 bytes
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-k", "sigterm", "test_worlds.py"],
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-rP", "test_worlds.py"],
             cwd=pytester.path, env=dict(os.environ, READY_FILE=str(ready), TMPDIR=str(temp)), stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -607,8 +588,16 @@ def test_a_sigterm_to_the_session_closes_its_live_worlds(pytester, tmp_path, sho
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    # The SIGTERM closed the live world.
     assert not wait_gone(ranks), log.read_text()[-3000:]
     assert not glob.glob(str(temp / "rpc-world-*")), log.read_text()[-3000:]
+    # The timeout before it: its stacks, and a fresh world for the test after it.
+    out = log.read_text()
+    assert re.search(r"=+ 1 failed, 2 passed in ", out), out[-3000:]
+    failure = failure_section(out, "test_times_out")
+    assert "Timeout" in failure and "in waits_in_its_entry" in failure, failure
+    assert not set(pids_in(out, "test_first")) & set(pids_in(out, "test_after"))
+    assert re.search(r"the one before ended: \S+::test_times_out was stopped from outside \(Failed\)", out), out
 
 
 def test_no_rank_of_a_live_world_outlives_a_sigkilled_pytest(pytester, tmp_path, short_tmp):

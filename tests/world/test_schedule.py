@@ -50,7 +50,11 @@ def test_a_controlled_worlds_schedule_is_decided_by_its_seed():
 
 
 def test_seeds_give_different_interleavings_and_the_race_fails_for_some_and_not_others():
-    worlds = [lost(seed) for seed in range(1, 9)]
+    worlds = []  # seeds until four schedules, a failing and a passing one were seen (4 in this torch)
+    for seed in range(1, 9):
+        worlds.append(lost(seed))
+        if len({w.schedule_digest for w in worlds}) >= 4 and len({w.ok for w in worlds}) == 2:
+            break
     assert len({w.schedule_digest for w in worlds}) >= 4
     failing = [w for w in worlds if not w.ok]
     assert failing and len(failing) < len(worlds), [verdict(w) for w in worlds]
@@ -86,13 +90,19 @@ def test_explore_finds_the_lost_update_shrinks_it_and_its_replay_line_fails_agai
     assert verdict(again) == verdict(found.shrunk.world) and "lost update" in again["bank"].error, again.report()
 
 
-# One of the suite's slowest (pytest --durations): six controlled worlds, and those that block on
-# the lock wait the 3 s stall watch before running free.
+# One of the suite's slowest (pytest --durations): controlled worlds, and those that block on the
+# lock wait the 3 s stall watch before running free.
 def test_a_lock_the_scheduler_cannot_see_gives_up_control_with_stacks_not_a_hang():
     # Over many seeds some schedule pauses a handler inside its lock; the
     # other handler then blocks on a bare lock where the scheduler cannot see.
-    worlds = [rpc_harness.spawn(lock_across_call.run_worker, args=(3,), nprocs=3, seed=seed, schedule="controlled",
-                            deadline=60, check=False) for seed in range(1, 7)]
+    # Seeds are tried until both kinds of world were seen (seeds 1 and 2 in
+    # this torch): each blocked one waits out the stall watch.
+    worlds = []
+    for seed in range(1, 7):
+        worlds.append(rpc_harness.spawn(lock_across_call.run_worker, args=(3,), nprocs=3, seed=seed,
+                                        schedule="controlled", deadline=60, check=False))
+        if len({w.controlled for w in worlds}) == 2:
+            break
     assert all(w.ok for w in worlds), [w.report() for w in worlds if not w.ok]
     released = [w for w in worlds if not w.controlled]
     assert released, "some schedule blocks a handler on the lock"
@@ -123,12 +133,12 @@ def test_the_parameter_server_tutorial_races_under_control_and_replays_its_verdi
         return rpc_harness.spawn(tutorial_ps_mnist.main, args=(3, 2), nprocs=3, seed=seed, schedule="controlled",
                              deadline=120, check=False)
 
-    worlds = {seed: run(seed) for seed in range(1, 6)}
-    failing = [w for w in worlds.values() if not w.ok]
-    assert failing, "some schedule steps one trainer between another's forward and backward"
-    assert "modified by an inplace operation" in failing[0].report()
-    again = run(failing[0].seed)
-    assert again.schedule_digest == failing[0].schedule_digest and verdict(again) == verdict(failing[0])
+    # Seeds until one fails (seed 1 in this torch).
+    failing = next((w for w in map(run, range(1, 6)) if not w.ok), None)
+    assert failing is not None, "some schedule steps one trainer between another's forward and backward"
+    assert "modified by an inplace operation" in failing.report()
+    again = run(failing.seed)
+    assert again.schedule_digest == failing.schedule_digest and verdict(again) == verdict(failing)
 
 
 @pytest.mark.long
@@ -181,7 +191,11 @@ def test_a_pipeline_that_trusts_arrival_order_fails_under_some_seeds_and_replays
     # The pipeline's shape (rpc_async micro-batches, each handler forwarding
     # with a nested rpc_sync): a seed decides whether a later micro-batch
     # overtakes an earlier one at the last stage.
-    worlds = [pipeline(seed) for seed in range(1, 7)]
+    worlds = []  # seeds until a failing and a passing one were seen (2 in this torch)
+    for seed in range(1, 7):
+        worlds.append(pipeline(seed))
+        if len({w.ok for w in worlds}) == 2:
+            break
     failing = [w for w in worlds if not w.ok]
     assert failing and len(failing) < len(worlds), [w.ok for w in worlds]
     assert "pipeline out of order: the last stage got" in failing[0].report()
