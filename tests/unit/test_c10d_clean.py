@@ -77,7 +77,9 @@ def test_a_ranks_word_says_its_sequence_its_historys_count_and_whether_its_entry
 def test_a_rank_without_a_default_group_says_so_and_gives_no_word(monkeypatch):
     monkeypatch.setattr(c10d._world, "_default_pg", None)
     found, word = clean.look(before(Group(), (0, 0, 0)), thorough=False)
-    assert word is None and [rule for rule, _ in found] == ["group"]
+    assert word is None
+    assert found == [("group", "has no default group any more: the entry destroyed it (dist.destroy_process_group())")]
+    assert clean.try_default_group(3) == ["has no default group any more"]  # (no rank is told to try then)
 
 
 def test_a_group_every_rank_showed_usable_is_not_tried_again():
