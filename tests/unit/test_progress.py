@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
 from types import SimpleNamespace
@@ -222,9 +223,13 @@ def test_a_terminal_narrower_than_twenty_columns_still_shows_twenty(monkeypatch)
     assert len(out.getvalue().split("\r")[-1].removesuffix("\x1b[K\n")) == 20
 
 
+def _no_terminal(*_):
+    raise OSError("not a terminal")
+
+
 def test_a_terminal_of_unknown_size_is_taken_as_a_hundred_columns(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.setattr(sys, "__stdout__", None)  # no terminal to ask
+    monkeypatch.setattr(os, "get_terminal_size", _no_terminal)  # as in CI with the bar forced live
     out = io.StringIO()
     bar = ProgressBar("a label long enough to fill a hundred columns " * 3, out, live=True)
     bar.finish("ok")
