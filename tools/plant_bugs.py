@@ -183,6 +183,9 @@ BUGS = (
         "    if ctx is None:\n        check_progress(done, total, unit, metrics)\n",
         "    if ctx is None:\n        pass\n",
         ("tests/unit/test_progress.py::test_bad_progress_calls_name_what_was_wrong",)),
+    Bug("a terminal bar redraws at every update", "rpc_harness/progress.py",
+        "            if now - self._last_draw >= self.REDRAW_EVERY:", "            if True:",
+        ("tests/unit/test_progress.py::test_updates_redraw_a_terminal_bar_at_most_every_tenth_of_a_second",)),
     Bug("the CI Hypothesis profile runs 60 examples", "rpc_harness/strategies.py",
         "register_profile(CI_PROFILE, max_examples=6,", "register_profile(CI_PROFILE, max_examples=60,",
         ("tests/unit/test_replay.py::test_profiles_are_registered_and_bounded",)),
@@ -1532,6 +1535,9 @@ BUGS = (
         "        return UNWRITTEN if unwritten else", "        return",
         ("tests/unit/test_c10d_history.py::"
          "test_a_rank_stopped_before_it_wrote_its_completions_is_not_said_to_be_inside_its_op",)),
+    Bug("a rank stuck in its send is said to receive from its peer", "rpc_harness/c10d/history.py",
+        '            way = "to" if last.op in ("send", "isend") else "from"', '            way = "from"',
+        (CH + "test_a_send_never_completed_is_named_with_the_rank_it_sends_to",)),
     Bug("a CPU-only scenario takes devices and reports a CPU run as a GPU one", "rpc_harness/scenario.py",
         "    if devices and not runs_on_devices(scenario):", "    if False:",
         ("tests/unit/test_collective_devices.py::"
