@@ -44,6 +44,12 @@ from .limits import raise_open_files
 from .workdirs import sweep
 
 _settings = json.loads(os.environ.pop(PRELOAD_ENV, "{}"))
+# Python finds its temp folder at the first ask by writing a probe file of
+# a random name there and removing it. Asked first at exit (the sweep), the
+# probe could be seen, or left, by whoever looked as the forkserver ended
+# (a CI run once saw "_3ev94ni" in a SIGTERMed session's temp folder): it
+# is asked now, while the parent waits for the forkserver to start.
+tempfile.gettempdir()
 raise_open_files()  # every rank inherits it: a big world's leader holds about six files a rank
 _parent = _settings.get("parent", os.getppid())
 _PARENT_POLL = 0.1  # seconds; a parent gone is noticed within this

@@ -195,3 +195,20 @@ def test_an_rpc_harness_preload_entry_that_cannot_be_found_is_named(monkeypatch)
     monkeypatch.setenv("RPC_HARNESS_PRELOAD", "json, jsno")
     with pytest.warns(UserWarning, match=r"^RPC_HARNESS_PRELOAD: no module named 'jsno'; worlds start without it"):
         _launcher.forkserver_context()
+
+
+def test_the_forkserver_finds_its_temp_folder_as_it_starts_not_as_it_ends(tmp_path):
+    # Python finds its temp folder by writing a probe file of a random name
+    # and removing it; a forkserver that first asked at exit (its sweep) was
+    # seen with that file in its temp folder as it ended. The inductor
+    # variable set (as an outer session's torch._dynamo sets it) skips the
+    # preload's other look at the temp folder.
+    import subprocess
+    import sys
+
+    code = ("import tempfile; assert tempfile.tempdir is None; "
+            "import rpc_harness._parent.preload; print(tempfile.tempdir)")
+    env = dict(os.environ, TMPDIR=str(tmp_path), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path)
