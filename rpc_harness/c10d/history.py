@@ -87,10 +87,10 @@ def read_history(workdir: str, rank: int) -> RankHistory:
             history.groups[line["g"]] = (line.get("desc") or "", line.get("ranks"))
         elif kind == "enter":
             key = (line["g"], bool(line["p2p"]), line["n"])
-            kind = (line["g"], bool(line["p2p"]), line["op"])
-            counts[kind] = counts.get(kind, 0) + 1
+            same = (line["g"], bool(line["p2p"]), line["op"])
+            counts[same] = counts.get(same, 0) + 1
             history.ops[key] = Entered(line["g"], line["n"], line["op"], bool(line["p2p"]), line.get("x", ""),
-                                       line.get("peer"), nth=counts[kind])
+                                       line.get("peer"), nth=counts[same])
         elif kind == "done":
             entered = history.ops.get((line["g"], bool(line["p2p"]), line["n"]))
             if entered is not None:
