@@ -5,9 +5,10 @@ After an entry, each rank says what it knows of its default group
 (:class:`GroupWord`, looked at by ``rpc_harness.c10d.clean``, sent with its
 ``msg.Checked``). The supervisor, which waits for every rank's answer
 anyway, compares them: ranks at different sequence numbers break the
-``sequence`` rule (one finding for the world, which places every rank); and only where every rank is clean and some rank's own
-collectives did not show the group usable are the ranks told to try the
-group together (``msg.TryGroup``). The ranks once compared their words
+``sequence`` rule (one finding for the world, which places every rank);
+and only where every rank is clean and some rank's own collectives did
+not show the group usable are the ranks told to try the group together
+(``msg.TryGroup``). The ranks once compared their words
 through the world's store themselves: a FileStore round of four ranks took
 about 1 ms of a reused entry's ~7.5 ms, on the entry's critical path.
 
