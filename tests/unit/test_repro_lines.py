@@ -248,7 +248,7 @@ class Name(str):
 @pytest.mark.parametrize("value", [
     0, -3, 2**200, 1.5, -0.0, 1e300, math.nan, -math.inf, "", "a'b\"c\n", b"\x00", True, None, Colour.RED,
     Name("x"), [], (), {}, [1, [2, (3, "x")]], {"a": {"b": [1.0, None]}}, {(1, 2): "t"}, [math.nan], (object(),),
-    {"k": Colour.RED}, frozenset({1}), range(3),
+    {"k": Colour.RED}, frozenset({1}), range(3), {frozenset({1}): "key"},
 ])
 def test_the_quick_answer_of_is_literal_is_what_parsing_its_repr_says(value):
     # is_literal answers the common types without ast.literal_eval (it is
