@@ -144,7 +144,7 @@ def _where(histories: list[RankHistory], group: str) -> list[str]:
     behind = {rank: last for rank, last in lasts.items() if last is None or last.seq < top}
     lines = []
     if len(at_top) > 1 or behind:
-        parts = [f"{_ranks(ranks)} at {what}"
+        parts = [f"{ranks_named(ranks)} at {what}"
                  for what, ranks in sorted(at_top.items(), key=lambda item: (len(item[1]), item[1]))]
         lines.append("; ".join(parts))
     by_last: dict[tuple, list[int]] = {}
@@ -155,7 +155,7 @@ def _where(histories: list[RankHistory], group: str) -> list[str]:
         their = "its" if len(ranks) == 1 else "their"
         last = f"{their} last: {key[0].replace(' (', ', ')}, {key[1]}" if key else (
             f"{'it' if len(ranks) == 1 else 'they'} entered none")
-        lines.append(f"{_ranks(ranks)} never entered collective #{top} ({last})")
+        lines.append(f"{ranks_named(ranks)} never entered collective #{top} ({last})")
     if len(at_top) == 1 and not behind:
         [(what, ranks)] = at_top.items()
         states: dict[str, list[int]] = {}
@@ -166,7 +166,7 @@ def _where(histories: list[RankHistory], group: str) -> list[str]:
         else:
             order = ("not completed", "failed", UNWRITTEN, "completed")
             lines.append(f"every rank at {what}; " + ", ".join(
-                f"{state} on {_ranks(states[state])}" for state in order if state in states))
+                f"{state} on {ranks_named(states[state])}" for state in order if state in states))
     return lines
 
 
@@ -200,7 +200,7 @@ def _disagreement(histories: list[RankHistory], group: str) -> list[str]:
                 for rank, value in values.items():
                     by_value.setdefault(value, []).append(rank)
                 joint = "; " if any("," in value for value in by_value) else ", "  # multi-tensor values hold commas
-                parts = joint.join(f"{value} on {_ranks(ranks)}" for value, ranks in by_value.items())
+                parts = joint.join(f"{value} on {ranks_named(ranks)}" for value, ranks in by_value.items())
                 return [f"ranks disagree on the {what} of {next(iter(entered.values())).describe(tensors=False)}: "
                         f"{parts}"]
     return []
@@ -242,7 +242,7 @@ def _parts(tensors: str) -> list[str]:
     return [part for part in parts if " [" in part]
 
 
-def _ranks(ranks: Iterable[int]) -> str:
+def ranks_named(ranks: Iterable[int]) -> str:
     """``rank 2``, ``ranks 0, 1, 3``, ``ranks 0-31``."""
     ordered = sorted(ranks)
     if len(ordered) == 1:

@@ -12,12 +12,15 @@ not show the group usable are the ranks told to try the group together
 through the world's store themselves: a FileStore round of four ranks took
 about 1 ms of a reused entry's ~7.5 ms, on the entry's critical path.
 
-Torch-free: the parent reads it.
+Torch-free: the parent reads it. Ranks are named as the collectives lines
+name them (``history.ranks_named``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .history import ranks_named
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,7 @@ def _grouped(where: dict[int, str]) -> str:
     for rank, place in sorted(where.items()):
         by_place.setdefault(place, []).append(rank)
     parts = sorted(by_place.items(), key=lambda item: (len(item[1]), item[1]))
-    return "; ".join(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))} at {place}"
-                     for place, ranks in parts)
+    return "; ".join(f"{ranks_named(ranks)} at {place}" for place, ranks in parts)
 
 
 def must_try(words: dict[int, GroupWord]) -> bool:

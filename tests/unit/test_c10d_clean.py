@@ -96,6 +96,10 @@ def test_ranks_at_one_sequence_number_break_no_rule_and_ranks_apart_are_placed_i
     words = {0: GroupWord(7, 3, True), 1: GroupWord(7, 3, True), 2: GroupWord(6, 2, True)}
     assert sequence.sequence_finding(words) == (
         "the ranks are at different collectives of the default group: rank 2 at #2; ranks 0, 1 at #3")
+    # Named as the collectives lines name ranks: three in a row as a range.
+    words = {0: GroupWord(7, 3, True), 1: GroupWord(7, 3, True), 2: GroupWord(7, 3, True), 3: GroupWord(6, 2, True)}
+    assert sequence.sequence_finding(words) == (
+        "the ranks are at different collectives of the default group: rank 3 at #2; ranks 0-2 at #3")
 
 
 def test_try_default_group_runs_the_checks_collective_over_the_default_group(monkeypatch):
